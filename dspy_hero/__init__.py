@@ -1,0 +1,46 @@
+"""dspy-hero: HERO (Harnessing Evidence for Test-time Refinement and Prompt Optimization in Program
+Generation) for DSPy.
+
+- `HeroOptimizer` (HERO-O): a `dspy.Teleprompter` that learns instructions from execution evidence.
+- `HeroRefine` (HERO-T): a `dspy.Module` that refines each generated program at test time.
+- Execution metrics for SQL, Cypher and Python usable by `dspy.Evaluate`, `dspy.GEPA`, `dspy.MIPROv2`.
+
+Names are imported lazily so `import dspy_hero` stays cheap and optional engines load only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "HeroOptimizer": "dspy_hero.optimizer.hero",
+    "HeroResult": "dspy_hero.optimizer.result",
+    "HeroRefine": "dspy_hero.refine.module",
+    "Execution": "dspy_hero.execution.base",
+    "SQLiteExecutor": "dspy_hero.execution.sqlite",
+    "FalkorDBExecutor": "dspy_hero.execution.cypher",
+    "Neo4jExecutor": "dspy_hero.execution.cypher",
+    "PythonSandbox": "dspy_hero.execution.python",
+    "sql_execution_metric": "dspy_hero.metrics.sql",
+    "cypher_execution_metric": "dspy_hero.metrics.cypher",
+    "python_tests_metric": "dspy_hero.metrics.python",
+    "ds_outputs_metric": "dspy_hero.metrics.python",
+    "ves": "dspy_hero.metrics.ves",
+    "r_ves": "dspy_hero.metrics.ves",
+    "infer_metric": "dspy_hero.metrics.infer",
+    "GenerateProgram": "dspy_hero.tasks.programs",
+    "load_task": "dspy_hero.tasks.registry",
+    "local_lm": "dspy_hero.lm.local",
+    "scripted_lm": "dspy_hero.lm.scripted",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dspy_hero' has no attribute {name!r}")

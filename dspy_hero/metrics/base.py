@@ -1,0 +1,176 @@
+"""What all execution metrics share: the Verdict record, the DSPy metric calling convention, code
+extraction from LM output, and the field conventions examples follow.
+
+Field conventions (the contract between tasks, metrics, HERO-O and HERO-T):
+
+=========  =======================================================  ================
+language   example fields (inputs first, then labels)               prediction field
+=========  =======================================================  ================
+SQL        question, [db_schema], [evidence], db_id, db_path |       ``sql``
+           gold_sql
+Cypher     question, [graph_schema], graph (a graph name or a file path  ``cypher``
+           the engine loads) | gold_cypher
+Python     prompt, [code_prompt], entry_point | test_code            ``code``
+           (unit tests, BigCodeBench semantics) or
+           prompt, [code_prompt] | ground_truth_code, test_script
+           (output comparison, DSCodeBench semantics)
+=========  =======================================================  ================
+
+Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``) must not
+be marked as inputs: DSPy programs never see them, HERO-T never reads them.
+
+Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` reports 0-100.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import dspy
+
+PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
+LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judged execution: a score in [0, 1] and feedback a reflector may read.
+
+    Feedback names the error type and what is observable; by default it never contains the expected
+    output or the gold program, so it can be shown to a reflection LM without leaking labels.
+    """
+
+    score: float
+    feedback: str
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.score) <= 1.0:
+            raise ValueError(f"Verdict score must be in [0, 1], got {self.score!r}")
+
+    def to_prediction(self) -> dspy.Prediction:
+        return dspy.Prediction(score=float(self.score), feedback=self.feedback)
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(text: Any, language: str | None = None) -> str:
+    """The program inside an LM answer, tolerant of the ways small models answer.
+
+    Prefers a fenced block whose tag matches `language` (``sql``, ``cypher``, ``python``), else the
+    longest fenced block, else an unterminated fence, else the text itself. Strips a leading
+    ``SQL:``-style label. Never raises: a non-string becomes ``""``.
+    """
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        text = str(text)
+    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    if blocks:
+        wanted = {"sql": {"sql", "sqlite"}, "cypher": {"cypher", "neo4j"}, "python": {"python", "py", "python3"}}
+        tags = wanted.get(language or "", set())
+        tagged = [body for tag, body in blocks if tag in tags]
+        chosen = max(tagged or [b for _, b in blocks], key=len)
+        return chosen.strip()
+    code = text.strip()
+    code = re.sub(r"^(?:sql|cypher|python|query|answer)\s*:\s*", "", code, flags=re.IGNORECASE)
+    return code.strip()
+
+
+def prediction_text(pred: Any, field: str) -> str:
+    """Read the program field from a Prediction, dict or plain string without raising."""
+    if pred is None:
+        return ""
+    if isinstance(pred, str):
+        return pred
+    if isinstance(pred, dict):
+        return pred.get(field, "") or ""
+    try:
+        value = pred[field] if field in pred else getattr(pred, field, "")
+    except Exception:
+        value = getattr(pred, field, "")
+    return value or ""
+
+
+def require_fields(example: Any, fields: tuple[str, ...], metric_name: str) -> None:
+    """Fail with a clear message when an example lacks what the metric needs."""
+    missing = [f for f in fields if _get(example, f) is None]
+    if missing:
+        raise KeyError(
+            f"{metric_name} needs example field(s) {missing}; see dspy_hero.metrics.base for the conventions"
+        )
+
+
+def _get(example: Any, name: str) -> Any:
+    if isinstance(example, dict):
+        return example.get(name)
+    try:
+        return example[name] if name in example else getattr(example, name, None)
+    except Exception:
+        return getattr(example, name, None)
+
+
+def get_field(example: Any, name: str, default: Any = None) -> Any:
+    """Read a field from a dspy.Example, a dict or an object; `default` when absent."""
+    value = _get(example, name)
+    return default if value is None else value
+
+
+JudgeFn = Callable[[Any, Any], Verdict]
+
+
+class ExecutionMetric:
+    """A DSPy metric function built from a judge ``(gold_example, prediction) -> Verdict``.
+
+    Callable as ``metric(gold, pred)``, ``metric(gold, pred, trace)`` or GEPA's
+    ``metric(gold, pred, trace, pred_name, pred_trace)``; always returns
+    ``dspy.Prediction(score=..., feedback=...)``, which `dspy.Evaluate` reads as its score and GEPA
+    reads as score plus feedback. With a `trace` (bootstrapping), DSPy expects a pass/fail signal;
+    the score is still returned and DSPy compares it truthily, which is correct for 0/1 scores.
+
+    Instances are thread-safe if their judge is (each judge opens fresh connections per call).
+    """
+
+    def __init__(self, judge: JudgeFn, name: str, language: str, close: Callable[[], None] | None = None):
+        self.judge = judge
+        self.__name__ = name
+        self.language = language
+        self.prediction_field = PREDICTION_FIELDS[language]
+        self._close = close
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
+        return self.judge(gold, pred).to_prediction()
+
+    def verdict(self, gold, pred) -> Verdict:
+        return self.judge(gold, pred)
+
+    def close(self) -> None:
+        """Release engines the metric started (e.g. an embedded Cypher server)."""
+        if self._close is not None:
+            self._close()
+
+    def __repr__(self) -> str:
+        return f"ExecutionMetric({self.__name__!r}, language={self.language!r})"
+
+
+def score_of(result: Any) -> float:
+    """The score of any metric result: float, bool, Prediction(score=...) or dict."""
+    if isinstance(result, (int, float)):
+        return float(result)
+    if isinstance(result, dict):
+        return float(result.get("score", 0.0))
+    score = getattr(result, "score", None)
+    if score is None:
+        try:
+            score = result["score"]
+        except Exception as exc:
+            raise TypeError(f"metric returned {type(result).__name__}, expected a float or a score") from exc
+    return float(score)
+
+
+def feedback_of(result: Any) -> str | None:
+    if isinstance(result, dict):
+        return result.get("feedback")
+    return getattr(result, "feedback", None)

@@ -1,0 +1,46 @@
+"""Seed programs: one-predictor DSPy modules that turn a task's inputs into a program text.
+
+The instruction is the shared harness HERO-O optimizes; task inputs go in the user message (paper,
+Appendix G). The module cleans the LM's answer with `extract_code`, so metrics and HERO-T see the
+program itself, not the markdown around it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import dspy
+
+from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
+
+SEED_INSTRUCTIONS = {
+    "sql": "Write one SQLite query that answers the question over the given database schema. "
+    "Return only the SQL query.",
+    "cypher": "Write one Cypher query that answers the question over the given property-graph schema. "
+    "Return only the Cypher query.",
+    "python": "Write a self-contained Python function that solves the task. "
+    "Return only the Python code, including the imports it needs.",
+}
+
+
+def program_signature(language: str, input_fields: Sequence[str], instructions: str | None = None) -> type:
+    """A signature with the given string inputs and the language's program field as output."""
+    output = PREDICTION_FIELDS[language]
+    fields = {name: (str, dspy.InputField()) for name in input_fields}
+    fields[output] = (str, dspy.OutputField(desc=f"the {language.upper() if language != 'python' else 'Python'} program"))
+    return dspy.Signature(fields, instructions or SEED_INSTRUCTIONS[language])
+
+
+class GenerateProgram(dspy.Module):
+    """question/prompt (+ schema, ...) -> program text, through one `dspy.Predict` named `generate`."""
+
+    def __init__(self, language: str, input_fields: Sequence[str], instructions: str | None = None):
+        super().__init__()
+        self.language = language
+        self.output_field = PREDICTION_FIELDS[language]
+        self.generate = dspy.Predict(program_signature(language, input_fields, instructions))
+
+    def forward(self, **inputs) -> dspy.Prediction:
+        pred = self.generate(**inputs)
+        raw = getattr(pred, self.output_field, "") or ""
+        return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)
