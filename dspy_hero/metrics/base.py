@@ -16,6 +16,10 @@ Python     prompt, [code_prompt], entry_point | test_code            ``code``
            (output comparison, DSCodeBench semantics)
 =========  =======================================================  ================
 
+Environment references (``db_path``, ``db_id``, ``graph``, ``graph_source``, ``entry_point``,
+``code_prompt``) may be marked as inputs too, so that `dspy.Evaluate` passes them to HERO-T, which
+needs them to reach the environment; `GenerateProgram` shows the LM only its signature's fields.
+
 Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``) must not
 be marked as inputs: DSPy programs never see them, HERO-T never reads them.
 

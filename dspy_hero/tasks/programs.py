@@ -41,6 +41,9 @@ class GenerateProgram(dspy.Module):
         self.generate = dspy.Predict(program_signature(language, input_fields, instructions))
 
     def forward(self, **inputs) -> dspy.Prediction:
-        pred = self.generate(**inputs)
+        # Examples may also carry environment references (db_path, graph, ...) as inputs so that
+        # HERO-T can reach the environment; the LM sees only the signature's own input fields.
+        wanted = self.generate.signature.input_fields
+        pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
         raw = getattr(pred, self.output_field, "") or ""
         return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)
