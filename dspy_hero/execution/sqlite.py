@@ -1,0 +1,314 @@
+"""Read-only execution of one SQL query against a SQLite database file.
+
+Generated SQL is untrusted, so four independent guards stand between it and the data:
+
+1. the connection is opened read-only through a URI (``file:...?mode=ro``), so page writes fail;
+2. an authorizer allows only reading actions (SELECT, column reads, recursive CTEs, ordinary
+   functions, a few introspection pragmas) and denies everything else, including ATTACH and
+   ``VACUUM INTO``, which write *other* files even on a read-only connection;
+3. ``SQLITE_LIMIT_ATTACHED`` is 0, so no second database can be attached at all;
+4. only one statement runs (Python's sqlite3 refuses a second; trailing semicolons and comments pass).
+
+A wall-clock timeout stops runaway queries twice over: a progress handler checks the deadline every
+few thousand VM instructions, and a shared watchdog thread calls ``interrupt()`` when the deadline
+passes, for the rare long step that runs no VM instructions (a huge sort, a slow C function). Results
+are capped at `max_rows` rows (``truncated=True`` beyond). Each `run` opens its own connection, so one
+executor can serve many threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import re
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from dspy_hero.execution.base import (
+    EMPTY_PROGRAM,
+    ENVIRONMENT,
+    REJECTED,
+    RESOURCE,
+    RUNTIME,
+    SYNTAX,
+    TIMEOUT,
+    Execution,
+    failed,
+)
+
+__all__ = ["SQLiteExecutor", "read_only_uri", "split_single_statement"]
+
+# Introspection pragmas that only read, whatever their argument (``pragma_table_info('t')`` etc.).
+READ_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "collation_list",
+        "function_list",
+        "pragma_list",
+    }
+)
+# Functions that touch files or the engine's internals.
+DENIED_FUNCTIONS = frozenset(
+    {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile", "sqlar_uncompress"}
+)
+_ACTIONS = (
+    "CREATE_INDEX CREATE_TABLE CREATE_TEMP_INDEX CREATE_TEMP_TABLE CREATE_TEMP_TRIGGER CREATE_TEMP_VIEW "
+    "CREATE_TRIGGER CREATE_VIEW DELETE DROP_INDEX DROP_TABLE DROP_TEMP_INDEX DROP_TEMP_TABLE "
+    "DROP_TEMP_TRIGGER DROP_TEMP_VIEW DROP_TRIGGER DROP_VIEW INSERT PRAGMA READ SELECT TRANSACTION UPDATE "
+    "ATTACH DETACH ALTER_TABLE REINDEX ANALYZE CREATE_VTABLE DROP_VTABLE FUNCTION SAVEPOINT RECURSIVE"
+).split()
+_ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr(sqlite3, "SQLITE_" + a)}
+
+_PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
+_MAX_VALUE_BYTES = 256 * 1024 * 1024  # largest string/blob a query may build (SQLITE_LIMIT_LENGTH)
+
+_SYNTAX_PATTERNS = (
+    "syntax error",
+    "incomplete input",
+    "unrecognized token",
+    "no such table",
+    "no such column",
+    "no such function",
+    "ambiguous column name",
+    "wrong number of arguments",
+    "misuse of aggregate",
+    "misuse of window function",
+    "do not have the same number of result columns",
+    "term out of range",
+    "is not a function",
+    "no tables specified",
+    "circular reference",
+    "row value misused",
+)
+
+
+def read_only_uri(db_path: str | os.PathLike) -> str:
+    """The SQLite URI that opens `db_path` read-only (percent-encoded, absolute)."""
+    return Path(db_path).resolve().as_uri() + "?mode=ro"
+
+
+_TRAILING_JUNK = re.compile(r"(?:\s|;|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+
+
+def split_single_statement(sql: str) -> tuple[str, str]:
+    """Split `sql` into its first complete statement and the rest.
+
+    Used only when sqlite3 reports more than one statement, to tell "SELECT 1;;" or a trailing
+    comment (accepted) from a real second statement (rejected).
+    """
+    for match in re.finditer(";", sql):
+        head = sql[: match.end()]
+        if sqlite3.complete_statement(head):
+            return head, sql[match.end() :]
+    return sql, ""
+
+
+def _is_junk(text: str) -> bool:
+    return _TRAILING_JUNK.fullmatch(text) is not None
+
+
+def _is_empty(sql: str) -> bool:
+    return _is_junk(sql)
+
+
+class _Watchdog:
+    """One daemon thread interrupting connections whose deadline has passed.
+
+    Shared by all executors so that a query costs a heap push, not a thread start. It sleeps until
+    the earliest deadline, and exits after a minute with nothing to watch (restarted on demand).
+    """
+
+    _IDLE_EXIT_S = 60.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._live: dict[int, sqlite3.Connection] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+
+    def watch(self, conn: sqlite3.Connection, deadline: float) -> int:
+        with self._cond:
+            token = next(self._ids)
+            self._live[token] = conn
+            heapq.heappush(self._heap, (deadline, token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="dspy-hero-sqlite-watchdog", daemon=True)
+                self._thread.start()
+            elif deadline < self._wake_at:
+                self._cond.notify()
+            return token
+
+    def unwatch(self, token: int) -> None:
+        with self._cond:
+            self._live.pop(token, None)
+            while self._heap and self._heap[0][1] not in self._live:
+                heapq.heappop(self._heap)  # finished queries leave the heap without waking the thread
+
+    def _loop(self) -> None:
+        idle_since = time.monotonic()
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and (self._heap[0][0] <= now or self._heap[0][1] not in self._live):
+                    _, token = heapq.heappop(self._heap)
+                    conn = self._live.pop(token, None)
+                    if conn is not None:
+                        try:
+                            conn.interrupt()
+                        except Exception:  # closed in the meantime: nothing to stop
+                            pass
+                if self._heap:
+                    idle_since = now
+                    self._wake_at = self._heap[0][0]
+                elif now - idle_since > self._IDLE_EXIT_S:
+                    self._thread = None
+                    self._wake_at = float("inf")
+                    return
+                else:
+                    self._wake_at = now + self._IDLE_EXIT_S
+                self._cond.wait(max(0.0, self._wake_at - now))
+
+
+_WATCHDOG = _Watchdog()
+
+
+def _classify(message: str) -> str:
+    low = message.lower()
+    if "not authorized" in low or "readonly database" in low or "read-only" in low:
+        return REJECTED
+    if any(p in low for p in _SYNTAX_PATTERNS):
+        return SYNTAX
+    if "too big" in low or "out of memory" in low:
+        return RESOURCE
+    if "not a database" in low or "unable to open" in low or "disk i/o" in low or "malformed" in low:
+        return ENVIRONMENT
+    return RUNTIME
+
+
+class SQLiteExecutor:
+    """Runs single read-only SQL queries on one SQLite file; safe to share between threads.
+
+    A missing database file is reported per run as an ``EnvironmentError`` Execution rather than
+    raised at construction: an executor may be built before its database is materialized, and
+    callers that want to fail fast (metrics, the optimizer's input checks) test `exists()`.
+    """
+
+    def __init__(self, db_path: str | os.PathLike, timeout_s: float = 30.0, max_rows: int = 100_000):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        if max_rows < 0:
+            raise ValueError(f"max_rows must be >= 0, got {max_rows!r}")
+        self.db_path = str(db_path)
+        self.timeout_s = float(timeout_s)
+        self.max_rows = int(max_rows)
+        self._uri = read_only_uri(db_path)
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.db_path)
+
+    def __repr__(self) -> str:
+        return f"SQLiteExecutor({self.db_path!r}, timeout_s={self.timeout_s}, max_rows={self.max_rows})"
+
+    def run(self, sql: str) -> Execution:
+        """Execute one query; never raises for anything the query does."""
+        if not isinstance(sql, str) or _is_empty(sql):
+            return failed(EMPTY_PROGRAM, "the program is empty")
+        if not self.exists():
+            return failed(ENVIRONMENT, f"database file not found: {self.db_path}")
+        result = self._run(sql, lossy_text=False)
+        if not result.ok and result.error_type == RUNTIME and "could not decode" in (result.error_message or "").lower():
+            result = self._run(sql, lossy_text=True)  # text that is not UTF-8: decode with replacement
+        return result
+
+    def _run(self, sql: str, lossy_text: bool) -> Execution:
+        start = time.perf_counter()
+        deadline = time.monotonic() + self.timeout_s
+        timed_out = False
+        denied: list[str] = []
+
+        def authorize(action, arg1, arg2, db_name, trigger):
+            if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE):
+                return sqlite3.SQLITE_OK
+            if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in DENIED_FUNCTIONS:
+                return sqlite3.SQLITE_OK
+            if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
+                return sqlite3.SQLITE_OK
+            what = _ACTION_NAMES.get(action, str(action))
+            detail = arg2 if action == sqlite3.SQLITE_FUNCTION else arg1
+            denied.append(f"{what} {detail}" if detail else what)
+            return sqlite3.SQLITE_DENY
+
+        def progress():
+            nonlocal timed_out
+            if time.monotonic() > deadline:
+                timed_out = True
+                return 1
+            return 0
+
+        try:
+            conn = sqlite3.connect(self._uri, uri=True, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            return failed(ENVIRONMENT, f"cannot open database {self.db_path}: {exc}", time.perf_counter() - start)
+        token = None
+        try:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+            conn.set_authorizer(authorize)
+            conn.set_progress_handler(progress, _PROGRESS_OPS)
+            if lossy_text:
+                conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
+            token = _WATCHDOG.watch(conn, deadline)
+            try:
+                cur = conn.execute(sql)
+            except sqlite3.ProgrammingError as exc:
+                if "one statement" not in str(exc):
+                    raise
+                head, rest = split_single_statement(sql)
+                if not _is_junk(rest):
+                    return failed(
+                        REJECTED,
+                        "only one SQL statement may run; the program contains more than one",
+                        time.perf_counter() - start,
+                    )
+                cur = conn.execute(head)
+            rows = cur.fetchmany(self.max_rows + 1) if cur.description is not None else []
+            truncated = len(rows) > self.max_rows
+            if truncated:
+                del rows[self.max_rows :]
+            columns = tuple(d[0] for d in cur.description) if cur.description is not None else ()
+            return Execution(
+                ok=True,
+                rows=tuple(rows),
+                columns=columns,
+                runtime_s=time.perf_counter() - start,
+                truncated=truncated,
+            )
+        except sqlite3.Error as exc:
+            elapsed = time.perf_counter() - start
+            message = str(exc)
+            if timed_out or (time.monotonic() > deadline and "interrupt" in message.lower()):
+                return failed(TIMEOUT, f"query exceeded the {self.timeout_s:g} s timeout", elapsed)
+            kind = _classify(message)
+            if denied:
+                kind = REJECTED
+                message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(denied[:3]))}"
+            return failed(kind, message, elapsed)
+        except (MemoryError, OverflowError) as exc:
+            return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        except Exception as exc:  # e.g. a NUL character in the text: the program's fault, not ours
+            return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        finally:
+            if token is not None:
+                _WATCHDOG.unwatch(token)
+            conn.close()
