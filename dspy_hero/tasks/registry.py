@@ -9,11 +9,21 @@ from dspy_hero.tasks.base import Task
 
 # name -> "module:function"; loaders are imported lazily so a missing optional dependency of one
 # benchmark never breaks the others.
-_LOADERS: dict[str, str] = {}
+_LOADERS: dict[str, str | Callable[..., Task]] = {
+    "builtin-sql": "dspy_hero.tasks.builtin:builtin_sql_task",
+    "builtin-cypher": "dspy_hero.tasks.builtin:builtin_cypher_task",
+    "builtin-python": "dspy_hero.tasks.builtin:builtin_python_task",
+    "bird": "dspy_hero.tasks.bird:load_bird",
+    "spider": "dspy_hero.tasks.spider:load_spider",
+    "cypherbench": "dspy_hero.tasks.cypherbench:load_cypherbench",
+    "bigcodebench": "dspy_hero.tasks.bigcodebench:load_bigcodebench",
+    "dscodebench": "dspy_hero.tasks.dscodebench:load_dscodebench",
+}
 
 
 def register_task(name: str, target: str | Callable[..., Task]) -> None:
-    _LOADERS[name] = target  # type: ignore[assignment]
+    """Add a task: `target` is a loader returning a Task, or its "module:function" path."""
+    _LOADERS[name] = target
 
 
 def available_tasks() -> list[str]:

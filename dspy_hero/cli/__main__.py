@@ -1,0 +1,3 @@
+from dspy_hero.cli.app import main
+
+main()

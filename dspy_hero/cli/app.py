@@ -1,0 +1,277 @@
+"""The `hero` command: demo, optimize, evaluate, refine, report.
+
+Every long step shows a progress bar; every command writes into `--out` and can be re-run to resume.
+Errors a user can cause (unknown task, missing data path, unreachable LM) end with one clear line,
+not a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="HERO for DSPy: optimize and refine program generation.")
+console = Console()
+
+DEMO_TASK = "builtin-sql"
+
+
+class UserError(Exception):
+    """An error the user can fix; printed as one line."""
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+def resolve_lm(spec: str, *, size_default: str = "1.5b"):
+    """'local', 'local:0.5b', 'local:/path/model.gguf' or any litellm model string -> dspy.LM."""
+    import dspy
+
+    if spec == "local" or spec.startswith("local:"):
+        from dspy_hero.lm.local import local_lm
+
+        arg = spec.partition(":")[2]
+        if arg and (arg.endswith(".gguf") or os.sep in arg):
+            return local_lm(model=arg)
+        return local_lm(size=arg or size_default)
+    return dspy.LM(spec, cache=False)
+
+
+def check_lm(lm) -> None:
+    """One tiny call, so an unreachable LM fails before any budget is spent."""
+    try:
+        lm("Reply with OK.", max_tokens=4)
+    except Exception as exc:  # noqa: BLE001 - turned into a clear user error
+        raise UserError(f"the LM {getattr(lm, 'model', lm)!r} cannot be reached: {type(exc).__name__}: {exc}") from exc
+
+
+def load_task_or_fail(name: str, data: Optional[Path]):
+    from dspy_hero.tasks.registry import available_tasks, load_task
+
+    if data is not None and not data.exists():
+        raise UserError(f"data path {str(data)!r} does not exist")
+    if name not in available_tasks():
+        raise UserError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
+    kwargs = {"data_dir": str(data)} if data is not None else {}
+    try:
+        return load_task(name, **kwargs)
+    except FileNotFoundError as exc:
+        raise UserError(f"task {name!r}: {exc}") from exc
+
+
+@contextmanager
+def progress_bars():
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as bars:
+        def make(label: str, total: int):
+            task_id = bars.add_task(label, total=total)
+            return lambda n=1: bars.advance(task_id, n)
+
+        yield make
+
+
+def print_rows(rows, title: str) -> None:
+    table = Table(title=title)
+    for col in ("method", "pass@1", "n", "rollouts", "fix:break", "LM calls", "tokens", "wall (s)"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for r in rows:
+        ftb = "—" if r.fix_to_break is None else f"{r.fix_to_break:.2f}"
+        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), "—" if r.rollouts is None else str(r.rollouts),
+                      ftb, str(r.lm_calls), str(r.tokens), f"{r.wall_s:.1f}")
+    console.print(table)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def _run(fn, *args, **kwargs) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except UserError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]: run the same command again to resume from the run directory.")
+        raise typer.Exit(130) from None
+
+
+# -- commands -------------------------------------------------------------------------------------
+
+@app.command()
+def demo(
+    out: Path = typer.Option(Path("hero_runs/demo"), help="Run directory (re-run to resume)."),
+    lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b' or a litellm model string."),
+    reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
+    max_metric_calls: int = typer.Option(48, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
+    rounds: int = typer.Option(2, help="HERO-O rounds."),
+    candidates: int = typer.Option(2, help="HERO-O candidates per round."),
+    test_limit: int = typer.Option(16, help="Held-out questions to evaluate."),
+    threads: int = typer.Option(1, help="Parallel rollouts (the local server serves one at a time)."),
+    seed: int = typer.Option(0),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Run the whole method on the built-in text-to-SQL task with the embedded local model."""
+    _setup_logging(verbose)
+    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed)
+
+
+def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, test_limit, threads, seed):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+
+    task = load_task_or_fail(DEMO_TASK, None)
+    console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
+                  f"questions ({task.split_note})")
+    console.print(f"starting the task LM ({lm_spec}) ...")
+    lm = resolve_lm(lm_spec)
+    check_lm(lm)
+    reflection = resolve_lm(reflection_spec) if reflection_spec else lm
+    config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
+                       threads=threads, seed=seed, test_limit=test_limit)
+    with progress_bars() as make:
+        run = StagedRun(task, lm, reflection, config, progress=make)
+        summary = run.run_all()
+    print_rows(summary["rows"], f"HERO on {task.name} (held-out, n={len(run.test)})")
+    for note in summary["notes"]:
+        console.print(f"  {note}")
+    console.print(f"report: {summary['paths']['markdown']}")
+
+
+@app.command()
+def optimize(
+    task: str = typer.Option(..., help="Registered task name (see `hero tasks`)."),
+    data: Optional[Path] = typer.Option(None, help="Local data directory in the benchmark's official layout."),
+    lm: str = typer.Option("local"),
+    reflection_lm: Optional[str] = typer.Option(None),
+    auto: Optional[str] = typer.Option(None, help="light | medium | heavy (GEPA's budget)."),
+    max_metric_calls: Optional[int] = typer.Option(None),
+    rounds: int = typer.Option(5),
+    candidates: int = typer.Option(4),
+    threads: int = typer.Option(1),
+    seed: int = typer.Option(0),
+    log_dir: Optional[Path] = typer.Option(None, help="Defaults to OUT/hero_o_log."),
+    out: Path = typer.Option(Path("hero_runs/optimize")),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Run HeroOptimizer on a task's optimization split; save the program and HeroResult."""
+    _setup_logging(verbose)
+    _run(_optimize, task, data, lm, reflection_lm, auto, max_metric_calls, rounds, candidates, threads, seed, log_dir, out)
+
+
+def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls, rounds, candidates, threads, seed, log_dir, out):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+
+    if auto is not None and auto not in ("light", "medium", "heavy"):
+        raise UserError(f"--auto must be light, medium or heavy, not {auto!r}")
+    task = load_task_or_fail(task_name, data)
+    lm = resolve_lm(lm_spec)
+    check_lm(lm)
+    reflection = resolve_lm(reflection_spec) if reflection_spec else lm
+    config = RunConfig(out_dir=out, auto=auto, max_metric_calls=max_metric_calls, num_rounds=rounds,
+                       num_candidates=candidates, threads=threads, seed=seed, log_dir=log_dir)
+    StagedRun(task, lm, reflection, config).optimize()
+    result = json.loads((out / "hero_o_result.json").read_text())
+    console.print(f"optimized program: {out / 'hero_o_program.json'}; {result.get('total_metric_calls')} rollouts; "
+                  f"cumulative fix:break {result.get('cumulative_fix_to_break')}")
+
+
+@app.command()
+def evaluate(
+    task: str = typer.Option(...),
+    data: Optional[Path] = typer.Option(None),
+    program: Optional[Path] = typer.Option(None, help="A saved program (JSON); default: the seed program."),
+    refine: bool = typer.Option(False, help="Wrap the program with HeroRefine."),
+    lm: str = typer.Option("local"),
+    threads: int = typer.Option(1),
+    limit: Optional[int] = typer.Option(None, help="Evaluate only the first N held-out examples."),
+    out: Path = typer.Option(Path("hero_runs/evaluate")),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Evaluate a (saved) program on the task's held-out split."""
+    _setup_logging(verbose)
+    _run(_evaluate, task, data, program, refine, lm, threads, limit, out)
+
+
+def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, out):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+
+    task = load_task_or_fail(task_name, data)
+    if program_path is not None and not program_path.exists():
+        raise UserError(f"program file {str(program_path)!r} does not exist")
+    lm = resolve_lm(lm_spec)
+    check_lm(lm)
+    program = task.make_program()
+    if program_path is not None:
+        program.load(str(program_path))
+    run = StagedRun(task, lm, lm, RunConfig(out_dir=out, threads=threads, test_limit=limit))
+    name = ("refined" if refine else "program") if program_path else ("seed_refined" if refine else "seed")
+    with progress_bars() as make:
+        run.progress = make
+        report = run.evaluate(name, run.refiner(program) if refine else program)
+    console.print(f"{name}: pass@1 {100 * report.pass_at_1:.1f}% on {len(report.outcomes)} examples "
+                  f"({report.lm_calls} LM calls, {report.wall_s:.1f}s) -> {out}")
+
+
+@app.command("refine")
+def refine_cmd(
+    task: str = typer.Option(...),
+    data: Optional[Path] = typer.Option(None),
+    program: Optional[Path] = typer.Option(None),
+    lm: str = typer.Option("local"),
+    threads: int = typer.Option(1),
+    limit: Optional[int] = typer.Option(None),
+    out: Path = typer.Option(Path("hero_runs/refine")),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+):
+    """Evaluate HERO-T (HeroRefine around the program) on the held-out split."""
+    _setup_logging(verbose)
+    _run(_evaluate, task, data, program, True, lm, threads, limit, out)
+
+
+@app.command()
+def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run directory written by `hero demo`.")):
+    """Re-render the table, Markdown and plots of a finished run directory."""
+    _run(_report, out)
+
+
+def _report(out: Path):
+    path = out / "results.json"
+    if not path.exists():
+        raise UserError(f"no results.json in {str(out)!r}; run `hero demo --out {out}` first")
+    from dspy_hero.cli.report import MethodRow, write_report
+
+    data = json.loads(path.read_text())
+    rows = [MethodRow(**r) for r in data.pop("rows")]
+    title = data.pop("title", "HERO")
+    per_round = [(r.get("adopted_fixes", 0), r.get("adopted_breaks", 0)) for r in data.get("hero_o", {}).get("rounds", [])]
+    paths = write_report(out, title, rows, data, per_round)
+    print_rows(rows, title)
+    console.print(f"report: {paths['markdown']}")
+
+
+@app.command()
+def tasks():
+    """List registered tasks."""
+    from dspy_hero.tasks.registry import available_tasks
+
+    for name in available_tasks():
+        console.print(name)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The staged, resumable run behind `hero demo` (and reused by `optimize` / `evaluate` / `refine`).
+
+Each stage writes its result into the run directory as soon as it finishes; running again skips
+finished stages and HERO-O resumes from its own log directory, so Ctrl-C never loses paid work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import dspy
+
+from dspy_hero.cli.report import MethodRow, write_json_atomic, write_report
+from dspy_hero.tasks.base import Task
+from dspy_hero.tasks.evaluate import EvalReport, evaluate_program, lm_usage
+
+logger = logging.getLogger("dspy_hero.cli")
+
+
+@dataclass
+class RunConfig:
+    out_dir: Path
+    max_metric_calls: int | None = None
+    auto: str | None = None
+    num_rounds: int = 5
+    num_candidates: int = 4
+    refine_budget: int = 3
+    threads: int = 1
+    seed: int = 0
+    test_limit: int | None = None
+    log_dir: Path | None = None  # HERO-O's resumable log; default OUT/hero_o_log
+    extra_optimizer_args: dict[str, Any] = field(default_factory=dict)
+
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> advance(n)
+
+
+def _no_progress(label: str, total: int) -> Callable[[int], None]:
+    return lambda n: None
+
+
+class StagedRun:
+    """seed eval → HERO-O → eval → HERO-T eval, each stage cached in `out_dir`."""
+
+    def __init__(self, task: Task, lm: Any, reflection_lm: Any, config: RunConfig, progress: Progress | None = None):
+        self.task = task
+        self.lm = lm
+        self.reflection_lm = reflection_lm or lm
+        self.config = config
+        self.progress = progress or _no_progress
+        self.out = Path(config.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        test = task.test if config.test_limit is None else task.test[: config.test_limit]
+        self.test = test
+
+    # -- stages -------------------------------------------------------------------------------------
+    def evaluate(self, name: str, program: dspy.Module) -> EvalReport:
+        path = self.out / f"eval_{name}.json"
+        if path.exists():
+            logger.info("stage %s already done; reusing %s", name, path)
+            return EvalReport.from_dict(json.loads(path.read_text()))
+        advance = self.progress(f"evaluate {name}", len(self.test))
+        report = evaluate_program(program, self.test, self.task.metric, name=name, lm=self.lm,
+                                  num_threads=self.config.threads, progress=advance)
+        write_json_atomic(path, report.to_dict())
+        return report
+
+    def optimize(self) -> dspy.Module:
+        from dspy_hero.optimizer.hero import HeroOptimizer
+
+        program_path = self.out / "hero_o_program.json"
+        program = self.task.make_program()
+        if program_path.exists():
+            program.load(str(program_path))
+            return program
+        budget: dict[str, Any] = {}
+        if self.config.max_metric_calls is not None:
+            budget["max_metric_calls"] = self.config.max_metric_calls
+        else:
+            budget["auto"] = self.config.auto or "light"
+        optimizer = HeroOptimizer(
+            metric=self.task.metric,
+            reflection_lm=self.reflection_lm,
+            num_threads=self.config.threads,
+            num_rounds=self.config.num_rounds,
+            num_candidates=self.config.num_candidates,
+            group_key=self.task.group_key,
+            log_dir=str(self.config.log_dir or self.out / "hero_o_log"),
+            seed=self.config.seed,
+            **budget,
+            **self.config.extra_optimizer_args,
+        )
+        start = time.perf_counter()
+        calls_before = lm_usage(self.lm)
+        with dspy.context(lm=self.lm):
+            optimized = optimizer.compile(program, trainset=self.task.train)
+        result = optimized.detailed_results
+        result_dict = result.to_dict()
+        result_dict["wall_s"] = time.perf_counter() - start
+        result_dict["task_lm_calls_measured"] = lm_usage(self.lm)[0] - calls_before[0]
+        write_json_atomic(self.out / "hero_o_result.json", result_dict)
+        optimized.save(str(program_path))
+        return optimized
+
+    def refiner(self, generator: dspy.Module) -> dspy.Module:
+        from dspy_hero.refine.module import HeroRefine
+
+        return HeroRefine(generator=generator, demos=self.task.train, budget=self.config.refine_budget)
+
+    # -- whole run ----------------------------------------------------------------------------------
+    def run_all(self) -> dict[str, Any]:
+        seed_report = self.evaluate("seed", self.task.make_program())
+        optimized = self.optimize()
+        hero_o_report = self.evaluate("hero_o", optimized)
+        hero_t_report = self.evaluate("hero_o_hero_t", self.refiner(optimized))
+        return self.write(seed_report, hero_o_report, hero_t_report)
+
+    def write(self, *reports: EvalReport) -> dict[str, Any]:
+        hero = json.loads((self.out / "hero_o_result.json").read_text()) if (self.out / "hero_o_result.json").exists() else {}
+        per_round = [(r.get("adopted_fixes", 0), r.get("adopted_breaks", 0)) for r in hero.get("rounds", [])]
+        ratio = hero.get("cumulative_fix_to_break")
+        rows = []
+        for report in reports:
+            is_hero = report.name.startswith("hero_o")
+            rows.append(MethodRow(
+                method={"seed": "seed prompt", "hero_o": "HERO-O", "hero_o_hero_t": "HERO-O + HERO-T"}.get(report.name, report.name),
+                pass_at_1=report.pass_at_1,
+                n=len(report.outcomes),
+                rollouts=hero.get("total_metric_calls") if is_hero else None,
+                lm_calls=report.lm_calls,
+                tokens=report.input_tokens + report.output_tokens,
+                wall_s=report.wall_s,
+                fix_to_break=ratio if is_hero else None,
+            ))
+        notes = [f"task: {self.task.name}; split: {self.task.split_note}", f"test examples: {len(self.test)}"]
+        if hero:
+            notes.append(
+                f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "
+                f"final prompt ~{hero.get('final_prompt_tokens')} tokens"
+            )
+        results = {"reports": {r.name: r.to_dict() for r in reports}, "hero_o": hero, "notes": notes}
+        paths = write_report(self.out, f"HERO on {self.task.name}", rows, results, per_round)
+        return {"rows": rows, "paths": paths, "notes": notes}

@@ -1,0 +1,119 @@
+"""Write a run's report directory: results JSON, a Markdown table and PNG plots.
+
+Kept apart from the CLI so notebooks and the benchmark harness can write the same report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class MethodRow:
+    """One line of the summary table."""
+
+    method: str
+    pass_at_1: float
+    n: int
+    rollouts: int | None = None
+    lm_calls: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+    fix_to_break: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so a crash never leaves a half-written file (write a temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def markdown_table(rows: list[MethodRow], title: str = "") -> str:
+    lines = [f"## {title}", ""] if title else []
+    lines.append("| method | pass@1 | n | rollouts | fix:break | LM calls | tokens | wall (s) |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        ftb = "—" if r.fix_to_break is None else (f"{r.fix_to_break:.2f}" if r.fix_to_break != float("inf") else "∞")
+        rollouts = "—" if r.rollouts is None else str(r.rollouts)
+        lines.append(
+            f"| {r.method} | {100 * r.pass_at_1:.1f}% | {r.n} | {rollouts} | {ftb} | {r.lm_calls} | {r.tokens} | {r.wall_s:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_accuracy(rows: list[MethodRow], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    names = [r.method for r in rows]
+    values = [100 * r.pass_at_1 for r in rows]
+    bars = ax.bar(names, values, color=["#9aa5b1", "#3b7dd8", "#1f9e6e", "#d8893b", "#8e5bd8"][: len(rows)])
+    for bar, value in zip(bars, values):
+        ax.text(bar.get_x() + bar.get_width() / 2, value + 1, f"{value:.1f}", ha="center", fontsize=9)
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Accuracy per method (held-out split)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_fix_to_break(per_round: list[tuple[int, int]], path: Path) -> None:
+    """Cumulative fixes and breaks of adopted candidates per round, and their ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fixes = breaks = 0
+    xs, ratios, cum_f, cum_b = [], [], [], []
+    for i, (f, b) in enumerate(per_round, start=1):
+        fixes += f
+        breaks += b
+        xs.append(i)
+        cum_f.append(fixes)
+        cum_b.append(breaks)
+        ratios.append(fixes / breaks if breaks else float(fixes))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if xs:
+        ax.plot(xs, cum_f, marker="o", label="cumulative fixes")
+        ax.plot(xs, cum_b, marker="o", label="cumulative breaks")
+        ax.set_xticks(xs)
+    ax.set_xlabel("round")
+    ax.set_ylabel("count")
+    ax.set_title("HERO-O: fixes vs breaks of adopted prompts")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(out_dir: Path, title: str, rows: list[MethodRow], results: dict[str, Any],
+                 per_round_fix_break: list[tuple[int, int]] | None = None) -> dict[str, Path]:
+    """Write results.json, report.md, accuracy.png (+ fix_to_break.png); return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md", "accuracy": out_dir / "accuracy.png"}
+    write_json_atomic(paths["json"], {"title": title, "rows": [r.__dict__ for r in rows], **results})
+    body = f"# {title}\n\n" + markdown_table(rows)
+    if results.get("notes"):
+        body += "\n" + "\n".join(f"- {n}" for n in results["notes"]) + "\n"
+    paths["markdown"].write_text(body)
+    plot_accuracy(rows, paths["accuracy"])
+    if per_round_fix_break is not None:
+        paths["fix_to_break"] = out_dir / "fix_to_break.png"
+        plot_fix_to_break(per_round_fix_break, paths["fix_to_break"])
+    return paths

@@ -1,0 +1,130 @@
+"""Evaluate a program on a split and keep per-example outcomes.
+
+`dspy.Evaluate` gives an aggregate; comparisons between methods need the paired per-example outcomes
+(fixes vs breaks, bootstrap intervals), plus the LM calls and tokens each method spent. This module
+returns exactly that, as a typed record.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import dspy
+
+from dspy_hero.metrics.base import feedback_of, score_of
+
+
+@dataclass
+class ExampleOutcome:
+    index: int
+    score: float
+    feedback: str = ""
+    program: str = ""
+    error: str | None = None
+
+
+@dataclass
+class EvalReport:
+    """Per-example outcomes of one program on one split."""
+
+    name: str
+    outcomes: list[ExampleOutcome]
+    wall_s: float
+    lm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pass_at_1(self) -> float:
+        return sum(o.score >= 1.0 for o in self.outcomes) / max(1, len(self.outcomes))
+
+    @property
+    def mean_score(self) -> float:
+        return sum(o.score for o in self.outcomes) / max(1, len(self.outcomes))
+
+    def scores(self) -> list[float]:
+        return [o.score for o in self.outcomes]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pass_at_1"] = self.pass_at_1
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalReport":
+        data = dict(data)
+        data.pop("pass_at_1", None)
+        data["outcomes"] = [ExampleOutcome(**o) for o in data["outcomes"]]
+        return cls(**data)
+
+
+def lm_usage(lm: Any) -> tuple[int, int, int]:
+    """(calls, input tokens, output tokens) recorded so far in a dspy.LM's history."""
+    history = getattr(lm, "history", None) or []
+    calls = len(history)
+    tokens_in = tokens_out = 0
+    for entry in history:
+        usage = entry.get("usage") or {}
+        tokens_in += int(usage.get("prompt_tokens") or 0)
+        tokens_out += int(usage.get("completion_tokens") or 0)
+    return calls, tokens_in, tokens_out
+
+
+def evaluate_program(
+    program: dspy.Module,
+    examples: Sequence[dspy.Example],
+    metric: Callable[..., Any],
+    *,
+    name: str = "program",
+    lm: Any = None,
+    num_threads: int = 1,
+    program_field: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> EvalReport:
+    """Run `program` on each example (in threads) and judge it with `metric`.
+
+    An exception in the program or LM scores 0 and is recorded, like DSPy's failure_score: one bad
+    generation must not stop an evaluation. LM usage is measured as the history delta of `lm`.
+    """
+    before = lm_usage(lm) if lm is not None else (0, 0, 0)
+    field_name = program_field or getattr(metric, "prediction_field", None)
+
+    def one(index: int) -> ExampleOutcome:
+        example = examples[index]
+        try:
+            with dspy.context(lm=lm) if lm is not None else _null():
+                pred = program(**example.inputs())
+            result = metric(example, pred)
+            text = str(getattr(pred, field_name, "") or "") if field_name else ""
+            return ExampleOutcome(index, score_of(result), feedback_of(result) or "", text)
+        except Exception as exc:  # noqa: BLE001 - recorded, scored as a failure
+            return ExampleOutcome(index, 0.0, "", "", f"{type(exc).__name__}: {exc}")
+        finally:
+            if progress is not None:
+                progress(1)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
+        outcomes = list(pool.map(one, range(len(examples))))
+    wall = time.perf_counter() - start
+    after = lm_usage(lm) if lm is not None else (0, 0, 0)
+    return EvalReport(
+        name=name,
+        outcomes=outcomes,
+        wall_s=wall,
+        lm_calls=after[0] - before[0],
+        input_tokens=after[1] - before[1],
+        output_tokens=after[2] - before[2],
+    )
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
