@@ -1,0 +1,174 @@
+"""SQL execution accuracy as a DSPy metric, with BIRD or Spider semantics.
+
+Examples carry ``db_path`` and ``gold_sql``; the prediction field is ``sql`` (fenced blocks are
+unwrapped with `extract_code`). Gold and prediction both run through the read-only `SQLiteExecutor`.
+
+Feedback choice. A failing prediction's feedback names the error type and message. A prediction that
+runs but answers wrongly gets its *own* result described (row and column counts, column names, first
+rows) plus *which* property differs from the expected result — the number of rows, the number of
+columns, the row order, or the values — never the expected rows, their counts or the gold SQL. The
+property tells a reflection LM where to look (a missing GROUP BY vs a wrong filter) without handing
+it the answer. ``reveal_expected=True`` adds the gold SQL and the expected rows, for debugging only.
+
+A gold query that fails to execute (or overflows the row cap) makes the example unscorable: the
+metric logs a warning and scores 0 with feedback saying so, rather than raising, so one broken label
+cannot abort an optimization run. A missing database file, by contrast, is a configuration error and
+raises FileNotFoundError at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from dspy_hero.execution.base import EMPTY_PROGRAM, Execution
+from dspy_hero.execution.sqlite import SQLiteExecutor
+from dspy_hero.metrics.base import ExecutionMetric, Verdict, extract_code, get_field, prediction_text, require_fields
+from dspy_hero.metrics.compare import bird_equal, has_order_by, normalize_rows, result_eq
+
+__all__ = ["sql_execution_metric", "SQLJudge", "sql_verdict"]
+
+logger = logging.getLogger(__name__)
+
+SEMANTICS = ("bird", "spider")
+
+
+@dataclass(frozen=True)
+class _Gold:
+    execution: Execution
+    order_matters: bool
+
+
+class SQLJudge:
+    """Judges one SQL prediction against its example's gold query; caches gold executions.
+
+    The cache is an LRU keyed by (database path, gold SQL) and guarded by a lock, so a metric shared
+    by DSPy's evaluation threads runs each gold query once.
+    """
+
+    def __init__(
+        self,
+        semantics: str = "bird",
+        timeout_s: float = 30.0,
+        max_rows: int = 100_000,
+        reveal_expected: bool = False,
+        cache_size: int = 4096,
+    ):
+        if semantics not in SEMANTICS:
+            raise ValueError(f"semantics must be one of {SEMANTICS}, got {semantics!r}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        self.semantics = semantics
+        self.timeout_s = float(timeout_s)
+        self.max_rows = int(max_rows)
+        self.reveal_expected = bool(reveal_expected)
+        self._cache: OrderedDict[tuple[str, str], _Gold] = OrderedDict()
+        self._cache_size = int(cache_size)
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def gold(self, db_path: str, gold_sql: str) -> _Gold:
+        key = (os.path.abspath(db_path), gold_sql)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        execution = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(gold_sql)
+        entry = _Gold(execution, self.semantics == "spider" and has_order_by(gold_sql))
+        with self._lock:
+            self._cache[key] = entry
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return entry
+
+    def __call__(self, example: Any, pred: Any) -> Verdict:
+        require_fields(example, ("gold_sql", "db_path"), "sql_execution_metric")
+        db_path = str(get_field(example, "db_path"))
+        gold_sql = str(get_field(example, "gold_sql"))
+        if not os.path.isfile(db_path):
+            raise FileNotFoundError(f"sql_execution_metric: database file not found: {db_path}")
+        gold = self.gold(db_path, gold_sql)
+        if not gold.execution.ok or gold.execution.truncated:
+            why = "overflows the row cap" if gold.execution.ok else f"fails ({gold.execution.describe()})"
+            logger.warning("gold query %s on %s: %s", why, db_path, gold_sql)
+            note = f" Gold SQL: {gold_sql}" if self.reveal_expected else ""
+            return Verdict(0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}")
+        pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
+        executed = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(pred_sql)
+        return sql_verdict(executed, gold.execution, self.semantics, gold.order_matters, self.reveal_expected, gold_sql)
+
+
+def sql_verdict(
+    pred: Execution,
+    gold: Execution,
+    semantics: str,
+    order_matters: bool = False,
+    reveal_expected: bool = False,
+    gold_sql: str = "",
+) -> Verdict:
+    """Score a prediction's execution against the gold execution and explain the outcome."""
+    if not pred.ok:
+        if pred.error_type == EMPTY_PROGRAM:
+            return Verdict(0.0, "EmptyProgram: the answer contained no SQL query.")
+        return Verdict(0.0, f"The query failed with {pred.error_type}: {pred.error_message}")
+    if pred.truncated:
+        return Verdict(0.0, f"The query {pred.describe(max_rows=0)}; the result is too large to be the expected one.")
+    if semantics == "bird":
+        correct = bird_equal(pred.rows, gold.rows)
+    else:
+        correct = result_eq(pred.rows, gold.rows, order_matters)
+    if correct:
+        return Verdict(1.0, f"Correct: the query {pred.describe(max_rows=0)}, matching the expected result.")
+    feedback = (
+        f"The query ran but its result differs from the expected one ({_difference(pred, gold, semantics, order_matters)}). "
+        f"It {pred.describe(max_rows=3)}."
+    )
+    if reveal_expected:
+        feedback += f" Expected: {gold.describe(max_rows=5)}. Gold SQL: {gold_sql}"
+    return Verdict(0.0, feedback)
+
+
+def _difference(pred: Execution, gold: Execution, semantics: str, order_matters: bool) -> str:
+    """Which observable property differs, without saying what the expected value is."""
+    p_rows, g_rows = normalize_rows(pred.rows), normalize_rows(gold.rows)
+    p_cols = len(p_rows[0]) if p_rows else pred.column_count
+    g_cols = len(g_rows[0]) if g_rows else gold.column_count
+    if semantics == "bird":
+        p_set, g_set = set(p_rows), set(g_rows)
+        if p_cols != g_cols and p_set and g_set:
+            return "different number of columns"
+        if len(p_set) != len(g_set):
+            return "different number of distinct rows"
+        return "different values (or column order)"
+    if p_rows and g_rows and p_cols != g_cols:
+        return "different number of columns"
+    if len(p_rows) != len(g_rows):
+        return "different number of rows"
+    if order_matters and result_eq(p_rows, g_rows, order_matters=False):
+        return "same rows but in a different order, and the order matters"
+    return "different values"
+
+
+def sql_execution_metric(
+    semantics: str = "bird",
+    timeout_s: float = 30.0,
+    max_rows: int = 100_000,
+    reveal_expected: bool = False,
+) -> ExecutionMetric:
+    """A DSPy metric scoring SQL by execution: 1.0 when the prediction's result matches the gold's.
+
+    ``semantics="bird"`` compares row sets (BIRD EX); ``"spider"`` uses Spider's result_eq (column
+    permutation, multiset, row order only when the gold query's outermost SELECT has ORDER BY).
+    """
+    judge = SQLJudge(semantics, timeout_s, max_rows, reveal_expected)
+    metric = ExecutionMetric(judge, name=f"sql_execution_{semantics}", language="sql", close=judge.clear)
+    metric.semantics = semantics
+    return metric
