@@ -39,7 +39,7 @@ from dspy_hero.execution.base import (
     failed,
 )
 
-__all__ = ["SQLiteExecutor", "read_only_uri", "split_single_statement"]
+__all__ = ["SQLiteExecutor", "SQLiteSession", "read_only_uri", "split_single_statement"]
 
 # Introspection pragmas that only read, whatever their argument (``pragma_table_info('t')`` etc.).
 READ_PRAGMAS = frozenset(
@@ -68,6 +68,7 @@ _ACTIONS = (
 ).split()
 _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr(sqlite3, "SQLITE_" + a)}
 
+_READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
 _MAX_VALUE_BYTES = 256 * 1024 * 1024  # largest string/blob a query may build (SQLITE_LIMIT_LENGTH)
 
@@ -196,6 +197,112 @@ def _classify(message: str) -> str:
     return RUNTIME
 
 
+class SQLiteSession:
+    """One guarded read-only connection that runs several queries in turn (one thread at a time).
+
+    `SQLiteExecutor.run` uses a session per call; timing code (VES) keeps one open so that repeated
+    runs measure the query rather than opening the file. Every guard applies to every query.
+    """
+
+    def __init__(self, executor: "SQLiteExecutor", lossy_text: bool = False):
+        self.executor = executor
+        self._deadline = 0.0
+        self._timed_out = False
+        self._denied: list[str] = []
+        self.conn = sqlite3.connect(
+            executor._uri, uri=True, timeout=executor.timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+            self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+            self.conn.set_authorizer(self._authorize)
+            self.conn.set_progress_handler(self._progress, _PROGRESS_OPS)
+            if lossy_text:
+                self.conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def __enter__(self) -> "SQLiteSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _authorize(self, action, arg1, arg2, db_name, trigger):
+        if action in _READ_ACTIONS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in DENIED_FUNCTIONS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        what = _ACTION_NAMES.get(action, str(action))
+        detail = arg2 if action == sqlite3.SQLITE_FUNCTION else arg1
+        self._denied.append(f"{what} {detail}" if detail else what)
+        return sqlite3.SQLITE_DENY
+
+    def _progress(self):
+        if time.monotonic() > self._deadline:
+            self._timed_out = True
+            return 1
+        return 0
+
+    def run(self, sql: str) -> Execution:
+        """Execute one query on this connection; never raises for anything the query does."""
+        ex = self.executor
+        start = time.perf_counter()
+        self._deadline = deadline = time.monotonic() + ex.timeout_s
+        self._timed_out = False
+        self._denied = []
+        conn = self.conn
+        token = _WATCHDOG.watch(conn, deadline)
+        try:
+            try:
+                cur = conn.execute(sql)
+            except sqlite3.ProgrammingError as exc:
+                if "one statement" not in str(exc):
+                    raise
+                head, rest = split_single_statement(sql)
+                if not _is_junk(rest):
+                    return failed(
+                        REJECTED,
+                        "only one SQL statement may run; the program contains more than one",
+                        time.perf_counter() - start,
+                    )
+                cur = conn.execute(head)
+            description = cur.description
+            rows = cur.fetchmany(ex.max_rows + 1) if description is not None else []
+            truncated = len(rows) > ex.max_rows
+            if truncated:
+                del rows[ex.max_rows :]
+            return Execution(
+                ok=True,
+                rows=tuple(rows),
+                columns=tuple(d[0] for d in description) if description is not None else (),
+                runtime_s=time.perf_counter() - start,
+                truncated=truncated,
+            )
+        except sqlite3.Error as exc:
+            elapsed = time.perf_counter() - start
+            message = str(exc)
+            if self._timed_out or (time.monotonic() > deadline and "interrupt" in message.lower()):
+                return failed(TIMEOUT, f"query exceeded the {ex.timeout_s:g} s timeout", elapsed)
+            kind = _classify(message)
+            if self._denied:
+                kind = REJECTED
+                message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(self._denied[:3]))}"
+            return failed(kind, message, elapsed)
+        except (MemoryError, OverflowError) as exc:
+            return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        except Exception as exc:  # e.g. a NUL character in the text: the program's fault, not ours
+            return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+        finally:
+            _WATCHDOG.unwatch(token)
+
+
 class SQLiteExecutor:
     """Runs single read-only SQL queries on one SQLite file; safe to share between threads.
 
@@ -220,8 +327,17 @@ class SQLiteExecutor:
     def __repr__(self) -> str:
         return f"SQLiteExecutor({self.db_path!r}, timeout_s={self.timeout_s}, max_rows={self.max_rows})"
 
+    def session(self, lossy_text: bool = False) -> SQLiteSession:
+        """A guarded connection for several sequential queries (use as a context manager).
+
+        Raises FileNotFoundError for a missing database and sqlite3.Error if it cannot be opened.
+        """
+        if not self.exists():
+            raise FileNotFoundError(f"database file not found: {self.db_path}")
+        return SQLiteSession(self, lossy_text)
+
     def run(self, sql: str) -> Execution:
-        """Execute one query; never raises for anything the query does."""
+        """Execute one query on a fresh connection; never raises for anything the query does."""
         if not isinstance(sql, str) or _is_empty(sql):
             return failed(EMPTY_PROGRAM, "the program is empty")
         if not self.exists():
@@ -232,83 +348,11 @@ class SQLiteExecutor:
         return result
 
     def _run(self, sql: str, lossy_text: bool) -> Execution:
-        start = time.perf_counter()
-        deadline = time.monotonic() + self.timeout_s
-        timed_out = False
-        denied: list[str] = []
-
-        def authorize(action, arg1, arg2, db_name, trigger):
-            if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE):
-                return sqlite3.SQLITE_OK
-            if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in DENIED_FUNCTIONS:
-                return sqlite3.SQLITE_OK
-            if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
-                return sqlite3.SQLITE_OK
-            what = _ACTION_NAMES.get(action, str(action))
-            detail = arg2 if action == sqlite3.SQLITE_FUNCTION else arg1
-            denied.append(f"{what} {detail}" if detail else what)
-            return sqlite3.SQLITE_DENY
-
-        def progress():
-            nonlocal timed_out
-            if time.monotonic() > deadline:
-                timed_out = True
-                return 1
-            return 0
-
         try:
-            conn = sqlite3.connect(self._uri, uri=True, timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
+            session = SQLiteSession(self, lossy_text)
         except sqlite3.Error as exc:
-            return failed(ENVIRONMENT, f"cannot open database {self.db_path}: {exc}", time.perf_counter() - start)
-        token = None
+            return failed(ENVIRONMENT, f"cannot open database {self.db_path}: {exc}")
         try:
-            conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
-            conn.set_authorizer(authorize)
-            conn.set_progress_handler(progress, _PROGRESS_OPS)
-            if lossy_text:
-                conn.text_factory = lambda b: b.decode("utf-8", errors="replace")
-            token = _WATCHDOG.watch(conn, deadline)
-            try:
-                cur = conn.execute(sql)
-            except sqlite3.ProgrammingError as exc:
-                if "one statement" not in str(exc):
-                    raise
-                head, rest = split_single_statement(sql)
-                if not _is_junk(rest):
-                    return failed(
-                        REJECTED,
-                        "only one SQL statement may run; the program contains more than one",
-                        time.perf_counter() - start,
-                    )
-                cur = conn.execute(head)
-            rows = cur.fetchmany(self.max_rows + 1) if cur.description is not None else []
-            truncated = len(rows) > self.max_rows
-            if truncated:
-                del rows[self.max_rows :]
-            columns = tuple(d[0] for d in cur.description) if cur.description is not None else ()
-            return Execution(
-                ok=True,
-                rows=tuple(rows),
-                columns=columns,
-                runtime_s=time.perf_counter() - start,
-                truncated=truncated,
-            )
-        except sqlite3.Error as exc:
-            elapsed = time.perf_counter() - start
-            message = str(exc)
-            if timed_out or (time.monotonic() > deadline and "interrupt" in message.lower()):
-                return failed(TIMEOUT, f"query exceeded the {self.timeout_s:g} s timeout", elapsed)
-            kind = _classify(message)
-            if denied:
-                kind = REJECTED
-                message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(denied[:3]))}"
-            return failed(kind, message, elapsed)
-        except (MemoryError, OverflowError) as exc:
-            return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
-        except Exception as exc:  # e.g. a NUL character in the text: the program's fault, not ours
-            return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+            return session.run(sql)
         finally:
-            if token is not None:
-                _WATCHDOG.unwatch(token)
-            conn.close()
+            session.close()
