@@ -54,6 +54,13 @@ class _NaN:
 NAN = _NaN()
 
 
+class Pairs(tuple):
+    """A normalized dict: its (key, value) pairs sorted. A tuple, so it hashes and compares as one,
+    but marked so normalizing it again leaves each pair's key before its value."""
+
+    __slots__ = ()
+
+
 def _norm_float(x: float) -> Any:
     if math.isnan(x):
         return NAN
@@ -98,9 +105,11 @@ def normalize_cell(value: Any) -> Any:
         return bytes(value)
     if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
+    if isinstance(value, Pairs):
+        return value
     if isinstance(value, dict):
         pairs = [(normalize_cell(k), normalize_cell(v)) for k, v in value.items()]
-        return tuple(sorted(pairs, key=_order_key))
+        return Pairs(sorted(pairs, key=_order_key))
     if isinstance(value, (list, tuple, set, frozenset)):
         return tuple(sorted((normalize_cell(v) for v in value), key=_order_key))
     if type(value).__module__ == "numpy" and hasattr(value, "item"):
