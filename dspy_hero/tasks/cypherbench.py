@@ -1,0 +1,161 @@
+"""CypherBench as a task: text-to-Cypher over property graphs, CypherBench execution semantics.
+
+Official layout (the Hugging Face dataset repository ``megagonlabs/cypherbench`` cloned to ``<dir>``):
+``test.json`` / ``train.json`` (``{qid, graph, nl_question, gold_cypher, ...}``),
+``graphs/schemas/<graph>_schema.json`` (entities and relations with typed properties) and the graph
+dumps under ``graphs/``. The shared copy has ``cypherbench_test_subset_192.json`` and the official
+``graph_info.json`` (relation types with their endpoint labels, no property types) but no graphs.
+
+Examples carry ``graph`` (the graph name) and, when a dump file for it is present, ``graph_source``
+(its path) for the metric's engine to load; without either a loaded engine or a Neo4j server holding
+the graph, the metric reports an environment error for every example (stated in the split note).
+Split: the paper optimizes on TRAIN and evaluates on the fixed question-level TEST split (graphs may
+overlap). Without TRAIN, the test questions are split at the question level (seeded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_hero.tasks.base import Task
+from dspy_hero.tasks.benchmarks import build_task, read_json
+from dspy_hero.tasks.hub import find_data_dir, load_hub_rows
+from dspy_hero.tasks.splits import Split, cap, split_by_fraction
+
+INPUTS = ("question", "graph_schema", "graph", "graph_source")
+PROGRAM_INPUTS = ("question", "graph_schema")
+HUB_REPO = "megagonlabs/cypherbench"
+_TEST_FILES = ("test.json", "benchmark/test.json", "cypherbench_test_subset_192.json")
+_TRAIN_FILES = ("train.json", "benchmark/train.json")
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A compact, sorted rendering of an official ``<graph>_schema.json`` (name is always a property)."""
+    lines = ["Node labels and properties:"]
+    for ent in sorted(schema.get("entities", []), key=lambda e: e["label"]):
+        props = {"name": "str", **(ent.get("properties") or {})}
+        lines.append(f"  (:{ent['label']} {{{', '.join(f'{k}: {v}' for k, v in sorted(props.items()))}}})")
+    lines.append("Relationship types:")
+    for rel in sorted(schema.get("relations", []), key=lambda r: (r["label"], r["subj_label"], r["obj_label"])):
+        props = rel.get("properties") or {}
+        body = f" {{{', '.join(f'{k}: {v}' for k, v in sorted(props.items()))}}}" if props else ""
+        lines.append(f"  (:{rel['subj_label']})-[:{rel['label']}{body}]->(:{rel['obj_label']})")
+    return "\n".join(lines)
+
+
+def graph_info_text(info: dict[str, Any]) -> str:
+    """Schema text from ``graph_info.json`` (relations only: labels come from the relation variants)."""
+    labels: set[str] = set()
+    lines = []
+    for rel in sorted(info.get("relations", []), key=lambda r: r["label"]):
+        for variant in rel.get("variants", []):
+            name, subj, obj = variant.split("#")
+            labels.update((subj, obj))
+            lines.append(f"  (:{subj})-[:{name}]->(:{obj})")
+    head = ["Node labels (each has a `name` property): " + ", ".join(sorted(labels)), "Relationship types:"]
+    return "\n".join(head + lines)
+
+
+def graph_schemas(root: Path) -> tuple[dict[str, str], str]:
+    """Graph name -> schema text, and which source it came from."""
+    schema_dir = next((root / d for d in ("graphs/schemas", "benchmark/graphs/schemas") if (root / d).is_dir()), None)
+    if schema_dir is not None:
+        found = {p.name[: -len("_schema.json")]: schema_text(read_json(p)) for p in sorted(schema_dir.glob("*_schema.json"))}
+        if found:
+            return found, f"official schemas ({schema_dir})"
+    info = next((root / f for f in ("graph_info.json", "official_configs/graph_info.json") if (root / f).is_file()), None)
+    if info is not None:
+        return {g: graph_info_text(v) for g, v in read_json(info).items()}, f"relation types only ({info}; property types absent)"
+    return {}, "no schema files"
+
+
+def graph_dump(root: Path, graph: str) -> Path | None:
+    """A graph dump file for `graph` if the layout holds one (``graphs/**/<graph>*.{json,dump,cypher}``)."""
+    for folder in ("graphs", "benchmark/graphs"):
+        base = root / folder
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob(f"{graph}*")):
+            if path.is_file() and "schemas" not in path.parts and path.suffix in {".json", ".dump", ".cypher", ".gz"}:
+                return path
+    return None
+
+
+def to_example(row: dict[str, Any], schemas: dict[str, str], root: Path | None) -> dspy.Example:
+    graph = row["graph"]
+    dump = graph_dump(root, graph) if root is not None else None
+    fields = dict(
+        example_id=f"cypherbench/{row.get('qid')}",
+        question=row.get("nl_question") or row["question"],
+        graph_schema=schemas.get(graph, ""),
+        graph=graph,
+        graph_source=str(dump) if dump else "",
+        gold_cypher=row["gold_cypher"],
+    )
+    return dspy.Example(**fields).with_inputs(*INPUTS)
+
+
+def cypherbench_split(
+    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None, **_: object
+) -> Split:
+    """CypherBench TRAIN/TEST when both are present, else a seeded question-level split of what is."""
+    root = find_data_dir("cypherbench", data_dir)
+    if root is not None:
+        test_file = next((root / f for f in _TEST_FILES if (root / f).is_file()), None)
+        if test_file is None:
+            raise FileNotFoundError(f"cypherbench: none of {_TEST_FILES} under {root}")
+        test_rows = read_json(test_file)
+        train_file = next((root / f for f in _TRAIN_FILES if (root / f).is_file()), None)
+        train_rows = read_json(train_file) if train_file else []
+        schemas, schema_source = graph_schemas(root)
+        source = str(test_file)
+    else:
+        test_rows = load_hub_rows("cypherbench", HUB_REPO, "train", data_files={"train": "test.json"})
+        train_rows = load_hub_rows("cypherbench", HUB_REPO, "train", data_files={"train": "train.json"})
+        schemas, schema_source, source = {}, "none (hub rows only; clone the dataset repo for schemas)", HUB_REPO
+    if not isinstance(test_rows, list) or not test_rows:
+        raise ValueError(f"cypherbench: no questions in {source}")
+    test_all = [to_example(r, schemas, root) for r in test_rows]
+    if train_rows:
+        train = [to_example(r, schemas, root) for r in train_rows]
+        test = test_all
+        how = f"paper split: TRAIN ({len(train)}) for optimization, question-level TEST ({len(test)}) for evaluation"
+    else:
+        train, test = split_by_fraction(test_all, 1.0 - test_fraction, seed=split_seed)
+        how = (f"TRAIN absent, so the {len(test_all)} TEST questions of {source} are split at the question level "
+               f"(seed {split_seed}, evaluation fraction {test_fraction}); graphs overlap across pools, as in the "
+               "paper's question-level split")
+    train, test = cap(train, limit, split_seed, "graph"), cap(test, limit, split_seed, "graph")
+    with_dump = sorted({ex.graph for ex in train + test if ex.graph_source})
+    note = (
+        f"CypherBench: {how}. Optimization {len(train)}, evaluation {len(test)}"
+        + (f", each pool capped at {limit}" if limit is not None else "")
+        + f". Schemas: {schema_source}. Graph dumps present for: {', '.join(with_dump) or 'none'}"
+        + ("" if with_dump else " (the metric needs a Neo4j server holding the graphs, see official neo4j_info.json,"
+           " or graph dumps for the embedded engine; otherwise every execution is an environment error)")
+        + ". Semantics: CypherBench EX (multiset, column permutation, order only with ORDER BY, 120 s timeout)."
+    )
+
+    return Split(train, test, note, {"source": source, "graphs_with_dump": with_dump, "schema_source": schema_source})
+
+
+def load_cypherbench(
+    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None, **_: object
+) -> Task:
+    """The CypherBench Task: the pools of `cypherbench_split`, the official metric and the paper-style seed program."""
+    split = cypherbench_split(data_dir=data_dir, split_seed=split_seed, limit=limit, test_fraction=test_fraction, engine=engine)
+
+    def metric():
+        from dspy_hero.metrics.cypher import cypher_execution_metric
+
+        return cypher_execution_metric(engine=engine)
+
+    return build_task(
+        name="cypherbench", language="cypher", train=split.train, test=split.test, metric_factory=metric,
+        program_inputs=PROGRAM_INPUTS, group_key="graph", split_note=split.note,
+        extras=split.extras,
+    )
+
