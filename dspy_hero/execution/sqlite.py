@@ -68,6 +68,7 @@ _ACTIONS = (
 ).split()
 _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr(sqlite3, "SQLITE_" + a)}
 
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master"})
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
 _MAX_VALUE_BYTES = 256 * 1024 * 1024  # largest string/blob a query may build (SQLITE_LIMIT_LENGTH)
@@ -186,7 +187,7 @@ _WATCHDOG = _Watchdog()
 
 def _classify(message: str) -> str:
     low = message.lower()
-    if "not authorized" in low or "readonly database" in low or "read-only" in low:
+    if "not authorized" in low or "readonly database" in low or "read-only" in low or "may not be modified" in low:
         return REJECTED
     if any(p in low for p in _SYNTAX_PATTERNS):
         return SYNTAX
@@ -238,6 +239,10 @@ class SQLiteSession:
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in DENIED_FUNCTIONS:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES and trigger is None:
+            # SQLite's own schema load, seen when a pragma function is first used on a connection.
+            # A real UPDATE of the schema table still fails: writable_schema is denied and the file is read-only.
             return sqlite3.SQLITE_OK
         what = _ACTION_NAMES.get(action, str(action))
         detail = arg2 if action == sqlite3.SQLITE_FUNCTION else arg1
