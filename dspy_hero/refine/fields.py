@@ -1,0 +1,97 @@
+"""Which fields go where: the generator's inputs, the environment's references, and never the labels.
+
+HERO-T is label-free by construction: it reads an instance only field by field, by name, from two
+lists (the generator's signature inputs and the environment references), and refuses label names
+outright. Nothing here iterates over an example's keys, so a label stored on it is never touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from dspy_hero.metrics.base import LABEL_FIELDS, PREDICTION_FIELDS
+
+# Fields an environment may need (see dspy_hero.metrics.base); they reach the generator only if its
+# signature asks for them.
+ENVIRONMENT_FIELDS = ("db_path", "db_id", "graph", "graph_source", "engine", "prompt", "code_prompt", "entry_point")
+_LANGUAGE_OF_FIELD = {v: k for k, v in PREDICTION_FIELDS.items()}
+
+
+def read_field(obj: Any, name: str) -> Any:
+    """The value of one named field of a dict, `dspy.Example` or plain object (None when absent).
+
+    Raises ValueError for a label field: asking for one is a bug in the caller, not a missing value.
+    """
+    if name in LABEL_FIELDS:
+        raise ValueError(f"HERO-T never reads label field {name!r}")
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if isinstance(obj, dspy.Example):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+@dataclass(frozen=True)
+class GeneratorIO:
+    """What a program-generation module reads and writes."""
+
+    input_fields: tuple[str, ...]
+    output_field: str
+    language: str | None
+
+
+def generator_io(generator: Any) -> GeneratorIO:
+    """Input fields (inputs of any predictor that no predictor produces), the program output field and
+    the language, read from the generator's predictors.
+
+    The output field is the generator's `output_field` attribute when it has one (GenerateProgram),
+    else the last predictor's output named sql/cypher/code, else its last output field.
+    """
+    predictors = [p for _, p in generator.named_predictors()] if hasattr(generator, "named_predictors") else []
+    if not predictors:
+        raise TypeError(f"generator {type(generator).__name__} has no DSPy predictors; pass a dspy.Module")
+    produced = {name for p in predictors for name in p.signature.output_fields}
+    inputs: list[str] = []
+    for p in predictors:
+        inputs += [n for n in p.signature.input_fields if n not in produced and n not in inputs]
+    output = getattr(generator, "output_field", None)
+    if not isinstance(output, str):
+        outs = list(predictors[-1].signature.output_fields)
+        output = next((o for o in outs if o in _LANGUAGE_OF_FIELD), outs[-1])
+    language = getattr(generator, "language", None)
+    if language not in PREDICTION_FIELDS:
+        language = _LANGUAGE_OF_FIELD.get(output)
+    return GeneratorIO(tuple(inputs), output, language)
+
+
+def gather_inputs(io: GeneratorIO, example: Any = None, **given: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split one call's inputs into (generator inputs, environment references).
+
+    Keyword arguments win over the example. Labels passed as keywords are dropped unread: a caller
+    doing `refiner(**example)` must not leak them into any prompt.
+    """
+    given = {k: v for k, v in given.items() if k not in LABEL_FIELDS}
+    gen: dict[str, Any] = {}
+    for name in io.input_fields:
+        value = given[name] if name in given else read_field(example, name)
+        if value is not None:
+            gen[name] = value
+    env: dict[str, Any] = {}
+    for name in ENVIRONMENT_FIELDS:
+        value = given[name] if name in given else read_field(example, name)
+        if value is not None:
+            env[name] = value
+    env.update({k: v for k, v in given.items() if k not in io.input_fields and k not in env})
+    return gen, env
+
+
+def render_task(inputs: dict[str, Any], max_chars: int = 6000) -> str:
+    """The task as the refiner reads it: each generator input under its name."""
+    parts = [f"{name}: {value}" for name, value in inputs.items()]
+    text = "\n".join(parts)
+    return text if len(text) <= max_chars else text[: max_chars - 20] + "\n... (cut)"

@@ -1,0 +1,369 @@
+"""HeroRefine (HERO-T): refine the one program generated for this input from execution evidence.
+
+The generator's instructions stay fixed (they are what HERO-O learned); what adapts is the single
+program in hand. A refiner LM spends a small budget of actions gathering evidence (probing the
+environment, retrieving verified examples, writing down a diagnosis) and asking for revisions; an
+evidence gate lets a revision replace the current program only when it runs cleanly and an LLM judge
+finds it supported by that evidence. Without a supported revision the initial program is returned,
+so refinement can spend calls but cannot trade a program for an unsupported guess.
+
+Budget and stopping rule. Every refiner decision except ``stop`` uses one action of the budget B,
+including malformed ones. The episode ends when (1) the refiner says ``stop``, (2) a revision is
+accepted whose execution is *clean* (ran without error, untruncated, passed the environment check and
+returned at least one row when the language returns rows): nothing is left for further actions to
+check, (3) B actions are used, or (4) an LM or environment failure makes further steps pointless.
+Rule (2) is why a larger B costs little: most episodes end before the cap.
+
+Label-freedom. The module reads an instance field by field: the generator's signature inputs and the
+environment references (db_path, graph, ...). Label fields are dropped if passed and refused if asked
+for (`fields.read_field`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from typing import Any, Callable, Sequence
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError
+
+from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
+from dspy_hero.metrics.base import extract_code
+from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
+from dspy_hero.refine.demos import Demo, DemoBank, query_text
+from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
+from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck
+from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
+from dspy_hero.refine.trace import (
+    DIAGNOSE, ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE, STOP,
+    CallCounter, GateVerdict, RefinementTrace, UsageTotals,
+)
+
+logger = logging.getLogger(__name__)
+
+EnvironmentSpec = Environment | Callable[[dict[str, Any]], Environment] | None
+# Attributes a copy shares with the original: live resources and read-only data.
+_SHARED = ("environment", "demo_bank", "refiner_lm", "gate_checks")
+
+
+class HeroRefine(dspy.Module):
+    """Wraps a program-generation module and refines each program it generates at test time.
+
+    Args:
+        generator: the program-generation module (e.g. HeroOptimizer's result or `GenerateProgram`).
+        environment: an `Environment`, a callable ``inputs -> Environment``, or None to build one from
+            the call's inputs with `environment_for` (db_path -> SQLite, graph -> Cypher, prompt -> Python).
+        demos: a `DemoBank`, or training examples to build one from (`DemoBank.from_examples`), or None.
+        budget: B, the most refiner actions per call (paper default 3).
+        max_demos: the most retrieved examples that reach the refiner and reviser (paper: 3).
+        retrieve_k: how many BM25 candidates the selector chooses from.
+        judge: whether the LLM judge is part of the gate (False: programmatic checks only).
+        gate_checks: the programmatic checks run on a proposal's execution, in order.
+        refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
+        stop_on_accept: end the episode after an accepted revision that executes cleanly.
+        max_evidence_chars: cap on the rendered evidence shown to each LM call.
+
+    `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
+    predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
+    thread-safe running totals (`usage.snapshot()` gives LM calls and actions per query).
+    """
+
+    def __init__(
+        self,
+        generator: dspy.Module,
+        environment: EnvironmentSpec = None,
+        demos: DemoBank | Sequence[Any] | None = None,
+        budget: int = 3,
+        max_demos: int = 3,
+        retrieve_k: int = 8,
+        judge: bool = True,
+        gate_checks: Sequence[GateCheck] = DEFAULT_CHECKS,
+        refiner_lm: dspy.LM | None = None,
+        stop_on_accept: bool = True,
+        max_evidence_chars: int = 8000,
+    ):
+        super().__init__()
+        for name, value in (("budget", budget), ("max_demos", max_demos), ("retrieve_k", retrieve_k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        generator_io(generator)  # fail now, with a clear message, on a generator without predictors
+        self.generator = generator
+        self.environment = environment
+        self.demo_bank = _as_bank(demos)
+        self.budget = budget
+        self.max_demos = max_demos
+        self.retrieve_k = retrieve_k
+        self.use_judge = bool(judge)
+        self.gate_checks = tuple(gate_checks)
+        self.refiner_lm = refiner_lm
+        self.stop_on_accept = stop_on_accept
+        self.max_evidence_chars = max_evidence_chars
+        self.refiner = dspy.Predict(ChooseAction)
+        self.select_demos = dspy.Predict(SelectDemos)
+        self.reviser = dspy.Predict(ReviseProgram)
+        self.judge = dspy.Predict(JudgeRevision)
+        self.usage = UsageTotals()
+
+    # -- the episode --------------------------------------------------------------------------------
+    def forward(self, example: Any = None, **inputs: Any) -> dspy.Prediction:
+        """Refine for one instance, given as keyword inputs and/or an example object (keywords win)."""
+        counter = CallCounter()
+        with dspy.context(callbacks=[*dspy.settings.get("callbacks", []), counter]):
+            return self._episode(example, inputs, counter)
+
+    def _episode(self, example: Any, inputs: dict[str, Any], counter: CallCounter) -> dspy.Prediction:
+        io = generator_io(self.generator)
+        gen_inputs, env_refs = gather_inputs(io, example, **inputs)
+        environment = self._environment({**env_refs, **gen_inputs})
+        language = io.language or getattr(environment, "language", None)
+
+        counter.role = "generator"
+        generated = self.generator(**gen_inputs)
+        initial = extract_code(getattr(generated, io.output_field, "") or "", language)
+
+        trace = RefinementTrace(language or "", self.budget, initial, final_program=initial)
+        ep = _Episode(self, environment, language, trace, counter, gen_inputs)
+        ep.run()
+        trace.final_program = ep.current
+        trace.lm_calls = counter.total
+        trace.lm_calls_by_role = dict(counter.by_role)
+        self.usage.record(trace)
+        return dspy.Prediction(
+            **{io.output_field: ep.current},
+            refinement=trace,
+            initial_program=initial,
+            changed=trace.changed,
+            lm_calls=trace.lm_calls,
+            env_actions=trace.env_actions,
+        )
+
+    def _environment(self, refs: dict[str, Any]) -> Environment:
+        spec = self.environment
+        if spec is not None and hasattr(spec, "execute") and hasattr(spec, "probe"):
+            return spec
+        if callable(spec):
+            return spec(refs)
+        if spec is not None:
+            raise TypeError(f"environment must be an Environment, a callable or None, got {type(spec).__name__}")
+        from dspy_hero.execution.environments import environment_for
+
+        return environment_for(refs)
+
+    def _lm_context(self):
+        return dspy.context(lm=self.refiner_lm) if self.refiner_lm is not None else contextlib.nullcontext()
+
+    # -- DSPy plumbing ------------------------------------------------------------------------------
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        """Predictor states plus the demo bank, so `save()` keeps the verified examples too."""
+        state = super().dump_state(json_mode=json_mode)
+        state["hero_refine"] = {"demo_bank": self.demo_bank.to_dict() if self.demo_bank is not None else None}
+        return state
+
+    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
+        extra = state.get("hero_refine") or {}
+        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        if extra.get("demo_bank") is not None:
+            self.demo_bank = DemoBank.from_dict(extra["demo_bank"])
+
+    def __deepcopy__(self, memo: dict) -> "HeroRefine":
+        """Copies predictors and the generator; shares the environment, demo bank and LM (live or
+        read-only resources); starts fresh usage totals."""
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            if name in _SHARED:
+                new.__dict__[name] = value
+            elif name == "usage":
+                new.__dict__[name] = UsageTotals()
+            elif isinstance(value, dspy.Module) and not isinstance(value, dspy.Predict):
+                new.__dict__[name] = value.deepcopy()
+            else:
+                new.__dict__[name] = copy.deepcopy(value, memo)
+        return new
+
+
+class _Episode:
+    """The mutable state of one refinement call (kept off the module, so calls can run in threads)."""
+
+    def __init__(self, owner: HeroRefine, environment: Environment, language: str | None,
+                 trace: RefinementTrace, counter: CallCounter, gen_inputs: dict[str, Any]):
+        self.m = owner
+        self.env = environment
+        self.language = language
+        self.trace = trace
+        self.counter = counter
+        self.task = render_task(gen_inputs)
+        self.task_query = query_text(gen_inputs)
+        self.current = trace.initial_program
+        self.demos: list[Demo] = []
+        self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None)
+
+    # environment access, counted
+    def execute(self, program: str) -> Execution:
+        self.trace.env_actions += 1
+        try:
+            return self.env.execute(program)
+        except Exception as exc:  # an environment failure is evidence, not a crash
+            return failed(ENVIRONMENT, f"{type(exc).__name__}: {exc}")
+
+    def run(self) -> None:
+        m, trace = self.m, self.trace
+        execution = self.execute(self.current)
+        note = execution.describe(max_rows=5, max_chars=800)
+        try:
+            passed, why = self.env.check(self.current, execution)
+            note += f"\ncheck: {'passed' if passed else 'FAILED'} ({why})"
+        except Exception as exc:
+            note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
+        trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
+        probe_names = list(self._probes())
+        while trace.actions_used < m.budget:
+            lm0, env0 = self.counter.total, trace.env_actions
+            try:
+                step_done = self._step(probe_names, m.budget - trace.actions_used)
+            except Exception as exc:  # LM or engine failure: record it and keep the current program
+                logger.warning("HeroRefine step failed: %s: %s", type(exc).__name__, exc)
+                trace.add(ERROR, evidence=f"{type(exc).__name__}: {str(exc)[:300]}")
+                trace.stop_reason = f"error: {type(exc).__name__}"
+                step_done = True
+            last = trace.steps[-1]
+            last.lm_calls, last.env_actions = self.counter.total - lm0, trace.env_actions - env0
+            if step_done:
+                break
+        else:
+            trace.stop_reason = trace.stop_reason or "budget exhausted"
+        trace.demos_shown = [d.text for d in self.demos]
+
+    def _probes(self) -> dict[str, str]:
+        try:
+            return dict(self.env.probes())
+        except Exception:
+            return {}
+
+    def _step(self, probe_names: list[str], left: int) -> bool:
+        """One refiner decision and its action; True when the episode should end."""
+        m, trace = self.m, self.trace
+        can_retrieve = m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
+        self.counter.role = "refiner"
+        try:
+            with m._lm_context():
+                choice = m.refiner(
+                    task=self.task, program=self.current or "(empty)", evidence=self._evidence(),
+                    examples=self._examples(), actions=render_actions(self._probes(), can_retrieve, left),
+                )
+        except AdapterParseError as exc:
+            trace.actions_used += 1
+            trace.add(INVALID, evidence=f"unparseable refiner output: {str(exc)[:200]}")
+            return False
+        action = parse_action(getattr(choice, "action", ""), getattr(choice, "argument", ""), probe_names)
+        if action.kind == STOP:
+            trace.add(STOP, argument=action.argument)
+            trace.stop_reason = "refiner stopped"
+            return True
+        trace.actions_used += 1
+        if action.kind == INVALID:
+            trace.add(INVALID, argument=action.argument, evidence=action.problem)
+        elif action.kind == DIAGNOSE:
+            trace.add(DIAGNOSE, argument=action.argument, evidence=f"diagnosis: {action.argument or '(empty)'}")
+        elif action.kind == PROBE:
+            trace.add(PROBE, argument=f"{action.probe}: {action.probe_argument}".rstrip(": "),
+                      evidence=self._probe(action.probe, action.probe_argument))
+        elif action.kind == RETRIEVE:
+            trace.add(RETRIEVE, argument=action.argument, evidence=self._retrieve(action.argument, can_retrieve))
+        elif action.kind == REVISE:
+            return self._revise(action.argument)
+        return False
+
+    def _probe(self, name: str, argument: str) -> str:
+        self.trace.env_actions += 1
+        try:
+            result = self.env.probe(name, argument)
+        except Exception as exc:
+            return f"probe failed: {type(exc).__name__}: {exc}"
+        text = result.text if len(result.text) <= 3000 else result.text[:2985] + "\n... (cut)"
+        return text if result.ok else f"probe error: {text}"
+
+    def _retrieve(self, keywords: str, can_retrieve: bool) -> str:
+        m = self.m
+        if not can_retrieve:
+            return "no verified examples are available"
+        query = " ".join(x for x in (self.task_query, keywords) if x)
+
+        def select(task: str, candidates: str) -> str:
+            self.counter.role = "selector"
+            with m._lm_context():
+                return str(getattr(m.select_demos(task=task, candidates=candidates), "chosen", "") or "")
+
+        try:
+            demos, note = choose_demos(m.demo_bank, query, self.task_query, m.retrieve_k, m.max_demos, select)
+        except AdapterParseError as exc:
+            return f"selector output unparseable ({str(exc)[:120]}); no examples chosen"
+        self.demos = demos[: m.max_demos]
+        return note + (f"; {len(self.demos)} example(s) now shown" if self.demos else "")
+
+    def _revise(self, request: str) -> bool:
+        m, trace = self.m, self.trace
+        self.counter.role = "reviser"
+        evidence = self._evidence()
+        try:
+            with m._lm_context():
+                out = m.reviser(task=self.task, program=self.current or "(empty)", evidence=evidence,
+                                examples=self._examples(), request=request or "(none)")
+        except AdapterParseError as exc:
+            trace.add(REVISE, argument=request, proposal="",
+                      verdict=GateVerdict(False, "checks", f"unparseable reviser output: {str(exc)[:150]}"))
+            return False
+        proposal = extract_code(getattr(out, "revised_program", "") or "", self.language)
+        reason = str(getattr(out, "reason", "") or "")
+        verdict, execution = self.gate.review(self.current, proposal, reason, evidence, self.env,
+                                              self.language, self.execute)
+        trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
+                  evidence=f"revision ran: {verdict.execution}" if verdict.execution else "")
+        if not verdict.accepted:
+            return False
+        self.current = proposal
+        if m.stop_on_accept and execution is not None and _clean(execution):
+            trace.stop_reason = "accepted a revision that executes cleanly"
+            return True
+        return False
+
+    def _judge(self, evidence: str, old: str, new: str, claimed: str, new_execution: str) -> tuple[bool, str]:
+        m = self.m
+        self.counter.role = "judge"
+        try:
+            with m._lm_context():
+                out = m.judge(task=self.task, evidence=evidence, old_program=old or "(empty)", new_program=new,
+                              claimed_reason=claimed or "(none given)", new_execution=new_execution)
+        except AdapterParseError as exc:
+            return False, f"judge output unparseable: {str(exc)[:150]}"
+        return _truthy(getattr(out, "supported", False)), str(getattr(out, "reason", "") or "")
+
+    def _evidence(self) -> str:
+        return self.trace.evidence_text(self.m.max_evidence_chars)
+
+    def _examples(self) -> str:
+        if not self.demos:
+            return "(none)"
+        return "\n\n".join(f"Example {i + 1}:\n{d.render()}" for i, d in enumerate(self.demos[: self.m.max_demos]))
+
+
+def _clean(execution: Execution) -> bool:
+    if not execution.ok or execution.truncated:
+        return False
+    return execution.rows is None or execution.row_count > 0
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in {"true", "yes", "supported", "1"}
+
+
+def _as_bank(demos: DemoBank | Sequence[Any] | None) -> DemoBank | None:
+    if demos is None or isinstance(demos, DemoBank):
+        return demos
+    if isinstance(demos, (str, bytes, dict)):
+        raise TypeError("demos must be a DemoBank or a list of training examples")
+    return DemoBank.from_examples(list(demos))

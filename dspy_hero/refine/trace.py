@@ -1,0 +1,186 @@
+"""Typed records of one refinement episode, and the LM/environment accounting behind them.
+
+The trace is the refiner's memory within one episode (its evidence is rendered from it) and the
+report a user or benchmark reads afterwards: which actions were taken, what each one showed, every
+proposed revision with the gate's verdict, and how many LM calls and environment actions it cost.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dspy.utils.callback import BaseCallback
+
+# Action names the refiner may choose; "execute" is the initial run, "invalid"/"error" record
+# malformed refiner output and LM failures.
+DIAGNOSE, PROBE, RETRIEVE, REVISE, STOP = "diagnose", "probe", "retrieve", "revise", "stop"
+EXECUTE, INVALID, ERROR = "execute", "invalid", "error"
+ACTIONS = (DIAGNOSE, PROBE, RETRIEVE, REVISE, STOP)
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """Why a proposed revision was accepted or rejected.
+
+    `stage` is the first stage that decided: "checks" (programmatic) or "judge"; `judge_called`
+    makes it visible that the LLM judge was skipped when a programmatic check failed.
+    """
+
+    accepted: bool
+    stage: str
+    reason: str
+    judge_called: bool = False
+    execution: str = ""  # what running the proposal showed (empty when it was never run)
+
+
+@dataclass
+class Step:
+    """One action of the episode and what it produced."""
+
+    index: int
+    action: str
+    argument: str = ""
+    evidence: str = ""
+    proposal: str | None = None
+    claimed_reason: str = ""
+    verdict: GateVerdict | None = None
+    lm_calls: int = 0
+    env_actions: int = 0
+
+    def render(self) -> str:
+        """The step as the refiner, reviser and judge read it."""
+        head = f"[{self.index}] {self.action}" + (f" {self.argument}" if self.argument and self.action != DIAGNOSE else "")
+        lines = [head]
+        if self.evidence:
+            lines.append(self.evidence)
+        if self.proposal is not None and self.verdict is not None:
+            state = "ACCEPTED" if self.verdict.accepted else "REJECTED"
+            lines.append(f"proposed revision {state} ({self.verdict.stage}): {self.verdict.reason}")
+        return "\n".join(lines)
+
+
+@dataclass
+class RefinementTrace:
+    """The full record of one `HeroRefine` call."""
+
+    language: str
+    budget: int
+    initial_program: str
+    final_program: str = ""
+    steps: list[Step] = field(default_factory=list)
+    actions_used: int = 0
+    lm_calls: int = 0
+    env_actions: int = 0
+    lm_calls_by_role: dict[str, int] = field(default_factory=dict)
+    stop_reason: str = ""
+    demos_shown: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.final_program.strip() != self.initial_program.strip()
+
+    @property
+    def proposals(self) -> list[Step]:
+        return [s for s in self.steps if s.proposal is not None]
+
+    def add(self, action: str, **fields: Any) -> Step:
+        step = Step(index=len(self.steps), action=action, **fields)
+        self.steps.append(step)
+        return step
+
+    def evidence_text(self, max_chars: int = 8000) -> str:
+        """All evidence so far, newest last; oldest steps are elided first when it is too long.
+
+        The initial execution (step 0) is always kept: it is the anchor every later step refers to.
+        """
+        parts = [s.render() for s in self.steps]
+        if not parts:
+            return "(no evidence yet)"
+        head, rest = parts[0], parts[1:]
+        kept: list[str] = []
+        size = len(head)
+        for part in reversed(rest):
+            if size + len(part) + 2 > max_chars:
+                kept.append(f"... ({len(rest) - len(kept)} earlier step(s) omitted)")
+                break
+            kept.append(part)
+            size += len(part) + 2
+        return "\n\n".join([head, *reversed(kept)])
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["changed"] = self.changed
+        return data
+
+
+class CallCounter(BaseCallback):
+    """Counts LM calls made inside one `HeroRefine` call, by role (generator/refiner/reviser/...).
+
+    Installed through `dspy.context(callbacks=...)`, which is thread-local, so concurrent calls of
+    the same module count separately. Adapter retries (ChatAdapter falling back to JSON) count as
+    the extra LM calls they are.
+    """
+
+    def __init__(self) -> None:
+        self.role = "other"
+        self.by_role: dict[str, int] = {}
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self.by_role[self.role] = self.by_role.get(self.role, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_role.values())
+
+
+class UsageTotals:
+    """Thread-safe running totals over many calls, for "actions per query" and "LM calls per query".
+
+    A copy (e.g. `module.deepcopy()` inside an optimizer) starts from zero with its own lock.
+    """
+
+    _FIELDS = ("queries", "lm_calls", "env_actions", "actions", "proposals", "accepted", "changed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals = dict.fromkeys(self._FIELDS, 0)
+
+    def record(self, trace: RefinementTrace) -> None:
+        with self._lock:
+            t = self._totals
+            t["queries"] += 1
+            t["lm_calls"] += trace.lm_calls
+            t["env_actions"] += trace.env_actions
+            t["actions"] += trace.actions_used
+            t["proposals"] += len(trace.proposals)
+            t["accepted"] += sum(1 for s in trace.proposals if s.verdict and s.verdict.accepted)
+            t["changed"] += int(trace.changed)
+
+    def snapshot(self) -> dict[str, float]:
+        """Totals plus per-query means (0 when no query ran yet)."""
+        with self._lock:
+            t = dict(self._totals)
+        n = t["queries"]
+        for name in ("lm_calls", "env_actions", "actions"):
+            t[f"{name}_per_query"] = t[name] / n if n else 0.0
+        return t
+
+    def reset(self) -> None:
+        with self._lock:
+            self._totals = dict.fromkeys(self._FIELDS, 0)
+
+    def __deepcopy__(self, memo: dict) -> "UsageTotals":
+        return UsageTotals()
+
+    def __getstate__(self) -> dict:
+        return {"_totals": self.snapshot_raw()}
+
+    def __setstate__(self, state: dict) -> None:
+        self._lock = threading.Lock()
+        self._totals = dict(state.get("_totals", dict.fromkeys(self._FIELDS, 0)))
+
+    def snapshot_raw(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._totals)

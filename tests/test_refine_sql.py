@@ -1,0 +1,279 @@
+"""HeroRefine on a real SQLite database, with scripted LMs (no mocks of the executor or database)."""
+
+from __future__ import annotations
+
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+
+import dspy
+import pytest
+
+from dspy_hero.execution.environments import environment_for
+from dspy_hero.refine.demos import DemoBank
+from dspy_hero.refine.module import HeroRefine
+from dspy_hero.refine.trace import ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE
+from dspy_hero.tasks.programs import GenerateProgram
+from refine_scripts import RoleScript
+
+pytest.importorskip("dspy_hero.execution.sqlite_probes")
+
+WRONG = "SELECT nam FROM singer WHERE country = 'France'"
+FIXED = "SELECT name FROM singer WHERE country = 'France'"
+QUESTION = "What are the names of singers from France?"
+
+
+@pytest.fixture(scope="module")
+def db_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("refine") / "concert.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
+        INSERT INTO singer VALUES (1, 'Joe Sharp', 'Netherlands', 52), (2, 'Timbaland', 'United States', 32),
+            (3, 'Justin Brown', 'France', 29), (4, 'Rose White', 'France', 41), (5, 'John Nizinik', 'France', 43);
+        CREATE TABLE concert (concert_id INTEGER PRIMARY KEY, concert_name TEXT, singer_id INTEGER, year INTEGER);
+        INSERT INTO concert VALUES (1, 'Auditions', 3, 2014), (2, 'Super bootcamp', 4, 2015), (3, 'Home Visits', 1, 2014);
+        """
+    )
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
+def make(script: RoleScript, db_path: str | None = None, **kwargs) -> HeroRefine:
+    gen = GenerateProgram("sql", ["question", "db_schema"])
+    return HeroRefine(gen, **kwargs)
+
+
+def run(script: RoleScript, refiner: HeroRefine, db_path: str, **extra):
+    with dspy.context(lm=script.lm()):
+        return refiner(question=QUESTION, db_schema="singer(singer_id, name, country, age)", db_path=db_path, **extra)
+
+
+def test_wrong_column_is_fixed_from_the_schema_probe(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "probe", "argument": "schema: singer"}, {"action": "revise", "argument": "use the real column"}],
+        reviser={"reason": "[1] no such column nam; [2] the schema lists `name`", "revised_program": f"```sql\n{FIXED}\n```"},
+        judge={"reason": "the schema probe shows the column is name", "supported": True},
+    )
+    pred = run(script, make(script), db_path)
+    assert pred.sql == FIXED and pred.changed and pred.initial_program == WRONG
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE]
+    assert "no such column" in trace.steps[0].evidence.lower()
+    assert "CREATE TABLE singer" in trace.steps[1].evidence and "name TEXT" in trace.steps[1].evidence
+    verdict = trace.steps[2].verdict
+    assert verdict.accepted and verdict.stage == "judge" and verdict.judge_called
+    assert "3 row(s)" in verdict.execution
+    # the reviser and the judge saw the probe's evidence
+    assert "name TEXT" in script.seen["reviser"][0].inputs["evidence"]
+    assert "name TEXT" in script.seen["judge"][0].inputs["evidence"]
+    # accepted clean revision ends the episode: 2 of 3 actions used
+    assert trace.actions_used == 2 and trace.stop_reason.startswith("accepted")
+    assert trace.lm_calls == 5 == pred.lm_calls  # generator + 2 refiner + reviser + judge
+    assert trace.lm_calls_by_role == {"generator": 1, "refiner": 2, "reviser": 1, "judge": 1}
+    assert trace.env_actions == 3  # initial run, schema probe, revision run
+
+
+def test_unsupported_revision_is_rejected_by_the_judge(db_path):
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner=[{"action": "revise", "argument": "maybe Germany"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "I think Germany", "revised_program": FIXED.replace("France", "Germany")},
+        judge={"reason": "nothing in the evidence mentions Germany", "supported": False},
+    )
+    pred = run(script, make(script), db_path)
+    assert pred.sql == FIXED and not pred.changed
+    step = pred.refinement.steps[1]
+    assert step.action == REVISE and step.proposal.endswith("'Germany'")
+    assert not step.verdict.accepted and step.verdict.stage == "judge" and step.verdict.judge_called
+    assert script.count("judge") == 1
+    assert pred.refinement.stop_reason == "refiner stopped"
+
+
+def test_revision_that_fails_to_execute_is_rejected_without_the_judge(db_path):
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner=[{"action": "revise", "argument": "x"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "r", "revised_program": "SELECT singer_name FROM singer"},
+        judge={"reason": "should never be asked", "supported": True},
+    )
+    pred = run(script, make(script), db_path)
+    assert script.count("judge") == 0
+    verdict = pred.refinement.steps[1].verdict
+    assert not verdict.accepted and verdict.stage == "checks" and not verdict.judge_called
+    assert "no such column" in verdict.reason.lower()
+    assert pred.sql == FIXED and not pred.changed
+
+
+@pytest.mark.parametrize("budget", [0, 2, 5])
+def test_budget_is_respected(db_path, budget):
+    script = RoleScript(generator={"sql": WRONG}, refiner={"action": "probe", "argument": "sample_values singer.country"})
+    pred = run(script, make(script, budget=budget), db_path)
+    trace = pred.refinement
+    assert script.count("refiner") == budget == trace.actions_used
+    assert [s.action for s in trace.steps] == [EXECUTE] + [PROBE] * budget
+    assert trace.env_actions == 1 + budget
+    if budget:
+        assert "'France'" in trace.steps[1].evidence
+        assert trace.stop_reason == "budget exhausted"
+    assert pred.sql == WRONG
+
+
+def _bank_examples(db_path):
+    rows = [
+        ("How many singers are there?", "SELECT count(*) FROM singer"),
+        ("List singer names ordered by age.", "SELECT name FROM singer ORDER BY age"),
+        ("Which singers are older than 40?", "SELECT name FROM singer WHERE age > 40"),
+        ("Names of singers from the Netherlands?", "SELECT name FROM singer WHERE country = 'Netherlands'"),
+        ("Average age of singers from France?", "SELECT avg(age) FROM singer WHERE country = 'France'"),
+        ("Countries of singers?", "SELECT DISTINCT country FROM singer"),
+        ("Youngest singer name?", "SELECT name FROM singer ORDER BY age LIMIT 1"),
+        ("Singers with concerts in 2014?", "SELECT s.name FROM singer s JOIN concert c USING (singer_id) WHERE year = 2014"),
+        ("Oldest singer country?", "SELECT country FROM singer ORDER BY age DESC LIMIT 1"),
+        ("Singer names and ages?", "SELECT name, age FROM singer"),
+        ("Broken gold for singers?", "SELECT name FROM singers_table"),  # does not execute: left out
+    ]
+    return [dspy.Example(question=q, db_path=db_path, gold_sql=g).with_inputs("question", "db_path") for q, g in rows]
+
+
+def test_demo_bank_keeps_only_executing_gold(db_path):
+    bank = DemoBank.from_examples(_bank_examples(db_path))
+    assert len(bank) == 10 and bank.stats["failed_execution"] == 1 and bank.stats["considered"] == 11
+
+
+def test_at_most_three_demos_reach_the_refiner_and_reviser(db_path):
+    bank = DemoBank.from_examples(_bank_examples(db_path))
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "retrieve", "argument": "singer names country"}, {"action": "revise", "argument": "fix"},
+                 {"action": "stop", "argument": ""}],
+        selector={"chosen": "1, 2, 3, 4, 5, 6"},
+        reviser={"reason": "example 1 selects name", "revised_program": FIXED},
+        judge={"reason": "ok", "supported": True},
+    )
+    pred = run(script, make(script, demos=bank, retrieve_k=8), db_path)
+    selector_req = script.seen["selector"][0]
+    listed = [line for line in selector_req.inputs["candidates"].splitlines() if line[:1].isdigit()]
+    assert len(listed) == 8  # the selector chose among k=8 ...
+    assert "SELECT" not in selector_req.inputs["candidates"]  # ... seeing task texts, not programs
+    for req in script.seen["refiner"][1:] + script.seen["reviser"]:
+        assert req.inputs["examples"].count("Verified sql program") == 3
+    assert len(pred.refinement.demos_shown) == 3
+    assert [s.action for s in pred.refinement.steps][:3] == [EXECUTE, RETRIEVE, REVISE]
+    assert pred.sql == FIXED
+
+
+class LabelTrap:
+    """An example whose labels raise when touched: HERO-T must never read them."""
+
+    question = QUESTION
+    db_schema = "singer(singer_id, name, country, age)"
+
+    def __init__(self, db_path):
+        self.db_path = db_path
+
+    def __getattr__(self, name):
+        if name in ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "answer", "label"):
+            raise AssertionError(f"label {name!r} was read")
+        raise AttributeError(name)
+
+    def __getitem__(self, key):
+        raise AssertionError("item access is not label-safe")
+
+    def __iter__(self):
+        raise AssertionError("iteration is not label-safe")
+
+    def keys(self):
+        raise AssertionError("keys() is not label-safe")
+
+
+def test_labels_of_the_test_instance_are_never_read(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "probe", "argument": "schema"}, {"action": "revise", "argument": "fix"}],
+        reviser={"reason": "schema shows name", "revised_program": FIXED},
+        judge={"reason": "ok", "supported": True},
+    )
+    refiner = make(script)
+    with dspy.context(lm=script.lm()):
+        pred = refiner(LabelTrap(db_path))
+    assert pred.sql == FIXED
+    # environment_for reads only environment references, too
+    assert environment_for(LabelTrap(db_path)).language == "sql"
+    # labels passed as keywords are dropped unread: the gold never reaches any prompt
+    script2 = RoleScript(generator={"sql": WRONG}, refiner={"action": "diagnose", "argument": "unsure"})
+    run(script2, make(script2, budget=2), db_path, gold_sql="SELECT 'GOLD-SECRET'")
+    assert script2.count("refiner") == 2
+    assert not any("GOLD-SECRET" in r.user or "GOLD-SECRET" in r.system for reqs in script2.seen.values() for r in reqs)
+
+
+def test_malformed_refiner_output_uses_budget_and_never_crashes(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG},
+        # DSPy retries an unparseable answer once with the JSON adapter: both attempts are garbage
+        refiner=["this is not in any format", "still no format", {"action": "dance", "argument": "?"},
+                 {"action": "probe", "argument": "no_such_probe: x"}],
+    )
+    pred = run(script, make(script, budget=3), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, INVALID, INVALID, INVALID]
+    assert "unparseable" in trace.steps[1].evidence and trace.steps[1].lm_calls == 2
+    assert "unknown action" in trace.steps[2].evidence and "unknown probe" in trace.steps[3].evidence
+    assert trace.actions_used == 3 and pred.sql == WRONG
+
+
+def test_lm_failure_is_recorded_and_the_current_program_returned(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "revise", "argument": "fix"}, RuntimeError("LM endpoint down")],
+        reviser={"reason": "schema", "revised_program": "SELECT singer_id FROM singer WHERE country = 'France'"},
+        judge={"reason": "fine", "supported": True},
+    )
+    # accepted revision returns 3 rows, so stop_on_accept ends it; force a second step with stop_on_accept=False
+    pred = run(script, make(script, stop_on_accept=False), db_path)
+    trace = pred.refinement
+    assert trace.steps[-1].action == ERROR and "LM endpoint down" in trace.steps[-1].evidence
+    assert pred.sql == "SELECT singer_id FROM singer WHERE country = 'France'"  # the accepted one is kept
+    assert trace.stop_reason.startswith("error")
+
+
+def test_named_predictors_and_save_load_round_trip(db_path, tmp_path):
+    bank = DemoBank.from_examples(_bank_examples(db_path))
+    refiner = make(RoleScript(), demos=bank)
+    names = [n for n, _ in refiner.named_predictors()]
+    assert names == ["generator.generate", "refiner", "select_demos", "reviser", "judge"]
+    assert all(p.signature.instructions for _, p in refiner.named_predictors())
+    refiner.judge.signature = refiner.judge.signature.with_instructions("Be strict about evidence.")
+    refiner.refiner.demos = [dspy.Example(task="t", program="p", evidence="e", examples="", actions="a",
+                                          action="stop", argument="")]
+    path = tmp_path / "refine.json"
+    refiner.save(str(path))
+    fresh = make(RoleScript())
+    assert fresh.demo_bank is None
+    fresh.load(str(path))
+    assert fresh.judge.signature.instructions == "Be strict about evidence."
+    assert len(fresh.refiner.demos) == 1
+    assert fresh.demo_bank.to_dict() == bank.to_dict()
+    assert [d.text for d, _ in fresh.demo_bank.retrieve("singers France", 3)] == [
+        d.text for d, _ in bank.retrieve("singers France", 3)]
+    copied = refiner.deepcopy()
+    assert copied.demo_bank is refiner.demo_bank and copied.judge is not refiner.judge
+
+
+def test_usage_totals_are_thread_safe(db_path):
+    script = RoleScript(generator={"sql": WRONG}, refiner={"action": "diagnose", "argument": "column name looks wrong"})
+    refiner = make(script, budget=2)
+    lm = script.lm()
+
+    def one(_):
+        with dspy.context(lm=lm):
+            return refiner(question=QUESTION, db_schema="s", db_path=db_path)
+
+    with ThreadPoolExecutor(4) as pool:
+        preds = list(pool.map(one, range(8)))
+    assert all(p.lm_calls == 3 for p in preds)  # each call counts only its own LM calls
+    snap = refiner.usage.snapshot()
+    assert snap["queries"] == 8 and snap["lm_calls"] == 24 and snap["actions_per_query"] == 2.0
+    assert snap["env_actions_per_query"] == 1.0
