@@ -12,8 +12,13 @@ Generated SQL is untrusted, so four independent guards stand between it and the 
 A wall-clock timeout stops runaway queries twice over: a progress handler checks the deadline every
 few thousand VM instructions, and a shared watchdog thread calls ``interrupt()`` when the deadline
 passes, for the rare long step that runs no VM instructions (a huge sort, a slow C function). Results
-are capped at `max_rows` rows (``truncated=True`` beyond). Each `run` opens its own connection, so one
-executor can serve many threads.
+are capped at `max_rows` rows (``truncated=True`` beyond), and no string or blob may exceed
+256 MiB (``SQLITE_LIMIT_LENGTH``). Each `run` opens its own connection, so one executor can serve many
+threads.
+
+Known limit of in-process execution: a single built-in C function call cannot be interrupted. The
+worst we know is ``printf('%.*c', 2000000000, 'x')``, which loops ~12 s before SQLite gives up (its
+memory stays bounded by the length limit); the timeout then fires at the next VM instruction.
 """
 
 from __future__ import annotations
