@@ -1,0 +1,272 @@
+"""Reflection: evidence -> textual gradient -> K rule edits, on the reflection LM.
+
+Designed so a small model still does useful work: instead of asking it to rewrite a whole prompt
+(small models mostly paraphrase the seed), it is asked two narrow questions in turn: (1) what do
+passing cases do right and failing cases do wrong, citing case ids; (2) which short, general rules
+would fix the cited failures, as one edit per line (ADD / REPLACE n / DELETE n). The parser accepts
+numbered lists, bullets, bare sentences and JSON, and falls back to the raw completion when DSPy's
+adapter cannot parse it. Edits that cite no failing case are dropped: a rule must be grounded in
+evidence. Candidates are then assembled by code (seed + rules), so they are always well-formed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol
+
+import dspy
+
+from dspy_hero.optimizer.instructions import RuleEdit
+
+
+class DiagnoseEvidence(dspy.Signature):
+    """You improve the instructions of a program generator from execution evidence.
+    Passing cases (ids P1, P2, ...) show behaviours to preserve. Failing cases (ids F1, F2, ...) show
+    behaviours to revise. Describe general behaviours (how programs are built), not single answers.
+    Cite the case ids of each behaviour in parentheses, e.g. (F1, F3)."""
+
+    task_instructions: str = dspy.InputField(desc="the fixed task instruction")
+    current_rules: str = dspy.InputField(desc="the numbered rules learned so far, or (none)")
+    evidence: str = dspy.InputField(desc="cases with inputs, generated output and execution feedback")
+    preserve: str = dspy.OutputField(desc="bullet list: behaviours behind passing cases, each citing ids like (P1, P2)")
+    revise: str = dspy.OutputField(desc="bullet list: mistakes behind failing cases, each citing ids like (F1, F2)")
+
+
+class ProposeRuleEdits(dspy.Signature):
+    """Propose edits to the rules appended to a program generator's instruction.
+    Each edit states one short, general, imperative rule that fixes the cited failing cases and keeps
+    the preserved behaviours. Never copy a specific answer, value, name or query from a case.
+    Write exactly one edit per line, each ending with the failing case ids it fixes, in one of these forms:
+    ADD: <rule> (F1, F3)
+    REPLACE <rule number>: <new rule> (F2)
+    DELETE <rule number> (F4)"""
+
+    task_instructions: str = dspy.InputField(desc="the fixed task instruction")
+    current_rules: str = dspy.InputField(desc="the numbered rules learned so far, or (none)")
+    preserve: str = dspy.InputField(desc="behaviours to preserve")
+    revise: str = dspy.InputField(desc="behaviours to revise")
+    num_edits: int = dspy.InputField(desc="how many different edits to propose")
+    edits: str = dspy.OutputField(desc="one edit per line, each citing failing case ids")
+
+
+@dataclass
+class ReflectionContext:
+    """What a proposer sees in one round."""
+
+    predictor: str
+    seed: str
+    rules: tuple[str, ...]
+    current_text: str
+    evidence: str
+    shown_case_ids: list[str]
+    num_candidates: int
+    cases: list[Any] = field(default_factory=list)
+
+    @property
+    def failing_ids(self) -> set[str]:
+        return {c for c in self.shown_case_ids if c.startswith("F")}
+
+
+@dataclass
+class ProposedEdit:
+    """A parsed edit and, when it cannot be used, why (e.g. it cites no failing case)."""
+
+    op: str
+    rule: str
+    index: int | None
+    cites: list[str]
+    line: str
+    problem: str | None = None
+
+    def to_edit(self) -> RuleEdit:
+        return RuleEdit(self.op, self.rule, self.index, tuple(self.cites))
+
+
+@dataclass
+class Proposal:
+    """A proposer's output for one round. `texts` are full replacement instructions (from a GEPA-style
+    proposer); `error` is set when the reflection LM failed and there are no candidates."""
+
+    gradient: str = ""
+    raw: str = ""
+    edits: list[ProposedEdit] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    error: str | None = None
+    lm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Proposal":
+        data = dict(data)
+        data["edits"] = [ProposedEdit(**e) for e in data.get("edits", [])]
+        return cls(**data)
+
+
+class Proposer(Protocol):
+    def propose(self, ctx: ReflectionContext) -> Proposal: ...
+
+
+def numbered(rules: tuple[str, ...] | list[str]) -> str:
+    return "\n".join(f"{i}. {r}" for i, r in enumerate(rules, 1)) or "(none)"
+
+
+class RuleProposer:
+    """The default proposer: `DiagnoseEvidence` then `ProposeRuleEdits` (two reflection-LM calls).
+
+    It runs under whatever LM is current (HeroOptimizer sets the reflection LM with dspy.context).
+    """
+
+    def __init__(self) -> None:
+        self.diagnose = dspy.Predict(DiagnoseEvidence)
+        self.edit = dspy.Predict(ProposeRuleEdits)
+
+    def propose(self, ctx: ReflectionContext) -> Proposal:
+        rules = numbered(ctx.rules)
+        try:
+            diag = _call(self.diagnose, ("preserve", "revise"), task_instructions=ctx.seed,
+                         current_rules=rules, evidence=ctx.evidence)
+            preserve, revise = diag.get("preserve", ""), diag.get("revise", "")
+            gradient = f"Preserve:\n{preserve.strip()}\n\nRevise:\n{revise.strip()}"
+            out = _call(self.edit, ("edits",), task_instructions=ctx.seed, current_rules=rules,
+                        preserve=preserve or "(none)", revise=revise or "(none)", num_edits=ctx.num_candidates)
+        except Exception as exc:  # LM down, timeouts, rate limits: the round records it, nothing is adopted
+            return Proposal(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+        raw = out.get("edits", "")
+        return Proposal(gradient=gradient, raw=raw, edits=parse_edits(raw, ctx.failing_ids))
+
+
+def _call(predictor: dspy.Predict, fields: tuple[str, ...], **inputs) -> dict[str, str]:
+    """Run a predictor; if the adapter cannot parse the answer, keep the raw completion as the
+    first output field (small models often answer in free text; the parsers below cope)."""
+    try:
+        pred = predictor(**inputs)
+        return {f: str(getattr(pred, f, "") or "") for f in fields}
+    except dspy.utils.exceptions.AdapterParseError as exc:
+        return {fields[0]: str(exc.lm_response or "")}
+
+
+_BULLET = re.compile(r"^\s*(?:[-*•+]|\d+\s*[.):]|\(\d+\)|#+)\s*")
+_ADD = re.compile(r"^(?:add|append|new|insert)(?:\s+(?:a\s+)?rule)?\s*[:\-–]?\s*(.*)$", re.I)
+_REPLACE = re.compile(
+    r"^(?:replace|modify|update|change|revise|rewrite)(?:\s+rule)?\s*#?\s*(\d+)\s*(?:with|by|to)?\s*[:\-–]?\s*(.*)$", re.I
+)
+_DELETE = re.compile(r"^(?:delete|remove|drop)(?:\s+rule)?\s*#?\s*(\d+)\b\s*(.*)$", re.I)
+_CITE = re.compile(r"\b([FP])(\d{1,3})\b")
+_CITE_GROUP = re.compile(r"[\(\[][^\)\]]*\b[FP]\d{1,3}\b[^\)\]]*[\)\]]")
+_TRAIL_CITE = re.compile(r"(?:[-–—,;:]\s*)?(?:cases?|cites?|fixes|see|addresses)?\s*:?\s*[FP]\d{1,3}(?:\s*(?:,|and|&|/)\s*[FP]\d{1,3})*\s*\.?\s*$", re.I)
+
+
+def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
+    """Tolerant parse of the edit list; each edit keeps its citations and a `problem` if unusable."""
+    items = _json_items(text)
+    lines = items if items is not None else [ln for ln in str(text or "").splitlines()]
+    edits: list[ProposedEdit] = []
+    for item in lines:
+        edit = _json_edit(item) if isinstance(item, dict) else _line_edit(str(item))
+        if edit is None:
+            continue
+        cited_failing = [c for c in edit.cites if c in failing_ids]
+        if not cited_failing:
+            edit.problem = "cites no failing case shown in the evidence"
+        elif edit.op != "delete" and len(edit.rule.split()) < 3:
+            edit.problem = "rule too short to be a general instruction"
+        edits.append(edit)
+    return edits
+
+
+def _json_items(text: str) -> list[Any] | None:
+    s = str(text or "").strip()
+    m = re.search(r"(\[.*\]|\{.*\})", s, re.S)
+    if not m:
+        return None
+    try:
+        data = json.loads(m.group(1))
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        data = next((v for v in data.values() if isinstance(v, list)), [data])
+    if not isinstance(data, list) or not all(isinstance(x, (dict, str)) for x in data):
+        return None
+    return data
+
+
+def _json_edit(item: dict[str, Any]) -> ProposedEdit | None:
+    low = {str(k).lower(): v for k, v in item.items()}
+    op = str(low.get("op") or low.get("action") or low.get("type") or "add").lower()
+    op = "replace" if op.startswith(("rep", "mod", "upd", "cha", "rev")) else "delete" if op.startswith(("del", "rem", "dro")) else "add"
+    rule = str(low.get("rule") or low.get("text") or low.get("new_rule") or "")
+    idx = low.get("index") or low.get("number") or low.get("rule_number")
+    cites_raw = low.get("cases") or low.get("cites") or low.get("case_ids") or []
+    cites = _CITE.findall(" ".join(map(str, cites_raw)) if isinstance(cites_raw, list) else str(cites_raw))
+    cites = [f"{a}{b}" for a, b in cites] + [f"{a}{b}" for a, b in _CITE.findall(rule)]
+    try:
+        index = int(idx) if idx is not None else None
+    except (TypeError, ValueError):
+        index = None
+    if op != "delete" and not rule.strip():
+        return None
+    return ProposedEdit(op, _clean_rule(rule), index, _unique(cites), json.dumps(item, ensure_ascii=False))
+
+
+def _line_edit(line: str) -> ProposedEdit | None:
+    body = _BULLET.sub("", line.strip()).strip().strip("*").strip()
+    if not body or (body.endswith(":") and not _CITE.search(body)):
+        return None
+    cites = _unique(f"{a}{b}" for a, b in _CITE.findall(body))
+    if m := _DELETE.match(body):
+        return ProposedEdit("delete", "", int(m.group(1)), cites, line)
+    if m := _REPLACE.match(body):
+        return ProposedEdit("replace", _clean_rule(m.group(2)), int(m.group(1)), cites, line)
+    m = _ADD.match(body)
+    rule = m.group(1) if m else body
+    if not rule.strip():
+        return None
+    return ProposedEdit("add", _clean_rule(rule), None, cites, line)
+
+
+def _clean_rule(rule: str) -> str:
+    rule = _CITE_GROUP.sub("", rule)
+    rule = _TRAIL_CITE.sub("", rule.strip())
+    rule = _CITE.sub("", rule)
+    rule = re.sub(r"\s+([,.;:])", r"\1", " ".join(rule.split()))
+    return rule.strip(" -–—:;,\"'`")
+
+
+def _unique(items) -> list[str]:
+    seen: list[str] = []
+    for x in items:
+        if x not in seen:
+            seen.append(x)
+    return seen
+
+
+class GepaProposerAdapter:
+    """Wraps a GEPA `instruction_proposer` (``(candidate, reflective_dataset, components_to_update)
+    -> dict[name, text]``) as a HERO proposer; its new texts are full-replacement candidates that
+    still go through the guard and paired acceptance."""
+
+    def __init__(self, fn: Callable[..., dict[str, str]]):
+        self.fn = fn
+
+    def propose(self, ctx: ReflectionContext) -> Proposal:
+        dataset = [
+            {"Inputs": c.inputs, "Generated Outputs": c.program, "Feedback": c.feedback}
+            for c in ctx.cases
+            if c.case_id in ctx.shown_case_ids
+        ]
+        try:
+            out = self.fn(
+                candidate={ctx.predictor: ctx.current_text},
+                reflective_dataset={ctx.predictor: dataset},
+                components_to_update=[ctx.predictor],
+            )
+        except Exception as exc:
+            return Proposal(error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        text = (out or {}).get(ctx.predictor)
+        return Proposal(raw=str(text or ""), texts=[str(text)] if text else [])

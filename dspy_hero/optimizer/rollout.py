@@ -1,0 +1,347 @@
+"""Rollouts: run a program variant on examples, score each with the metric, cache and journal it.
+
+One rollout = one program run + one metric evaluation on one example = one metric call of budget.
+This is our own small thread-pool loop rather than `dspy.Evaluate` because HERO-O needs, per
+example, the score, the metric's feedback, the outputs, each predictor's trace, the LM usage and
+any exception, and must charge a failed rollout to the budget like any other.
+
+Failure policy (why): an LM that times out, is rate-limited, returns nothing or returns text the
+adapter cannot parse has still been paid for, so the rollout counts and scores `failure_score`, and
+the error text becomes the case feedback (the reflector can learn from format failures). A metric
+that returns a score outside [0, 1] is a bug in the metric, not a property of the program, so it
+stops the run with a clear error (completed rollouts are already in the journal).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextvars
+import inspect
+import math
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol
+
+import dspy
+
+_MAX_FIELD_CHARS = 4000
+
+
+class MetricError(ValueError):
+    """The metric is unusable: wrong signature, wrong return type, or a score outside [0, 1]."""
+
+
+class MetricAdapter:
+    """Calls a DSPy/GEPA metric the way it was written and normalizes what it returns.
+
+    Accepts 2-argument ``(gold, pred)``, 3-argument ``(gold, pred, trace)`` and GEPA's 5-argument
+    ``(gold, pred, trace, pred_name, pred_trace)`` metrics, found by binding the signature (most
+    arguments first). Returns may be a float/int/bool, a ``dspy.Prediction(score=, feedback=)``, or a
+    dict with ``score`` (and optionally ``feedback``).
+    """
+
+    def __init__(self, metric: Callable[..., Any]):
+        if not callable(metric):
+            raise MetricError(f"metric must be callable, got {type(metric).__name__}")
+        self.metric = metric
+        self.arity = _arity(metric)
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None) -> tuple[float, str | None]:
+        if self.arity == 5:
+            out = self.metric(gold, pred, trace, pred_name, pred_trace)
+        elif self.arity == 3:
+            out = self.metric(gold, pred, trace)
+        else:
+            out = self.metric(gold, pred)
+        return normalize_metric_output(out)
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 5
+    for n in (5, 3, 2):
+        try:
+            sig.bind(*([None] * n))
+            return n
+        except TypeError:
+            continue
+    raise MetricError(
+        f"metric {getattr(fn, '__name__', fn)!r} must accept (gold, pred), (gold, pred, trace) or "
+        "(gold, pred, trace, pred_name, pred_trace)"
+    )
+
+
+def normalize_metric_output(out: Any) -> tuple[float, str | None]:
+    """(score, feedback) from any supported metric return value; MetricError if unusable."""
+    feedback = None
+    if isinstance(out, (bool, int, float)):
+        score = float(out)
+    elif isinstance(out, dict):
+        if "score" not in out:
+            raise MetricError(f"metric returned a dict without 'score': keys {sorted(out)}")
+        score, feedback = out["score"], out.get("feedback")
+    elif hasattr(out, "score"):
+        score, feedback = out.score, getattr(out, "feedback", None)
+    else:
+        raise MetricError(
+            f"metric returned {type(out).__name__}; expected a float, a bool, "
+            "dspy.Prediction(score=..., feedback=...) or a dict with 'score'"
+        )
+    try:
+        score = float(score)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"metric score {score!r} is not a number") from exc
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        raise MetricError(
+            f"metric returned score {score!r}; HERO-O (like GEPA) needs scores in [0, 1]. "
+            "Rescale the metric (dspy.Evaluate's 0-100 percentages are not metric scores)."
+        )
+    return score, (None if feedback is None else str(feedback))
+
+
+class UsageMeter:
+    """A `dspy.settings.usage_tracker` that counts LM calls and tokens (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self._lock = threading.Lock()
+
+    def add_usage(self, model: str, usage: Any) -> None:
+        if hasattr(usage, "input_tokens") and not isinstance(usage, dict):
+            inp, outp = getattr(usage, "input_tokens", 0), getattr(usage, "output_tokens", 0)
+        else:
+            usage = dict(usage or {})
+            inp = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+            outp = usage.get("completion_tokens", usage.get("output_tokens", 0))
+        with self._lock:
+            self.calls += 1
+            self.input_tokens += int(inp or 0)
+            self.output_tokens += int(outp or 0)
+
+    def add(self, calls: int, input_tokens: int, output_tokens: int) -> None:
+        with self._lock:
+            self.calls += calls
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+
+
+@dataclass
+class RolloutResult:
+    """One scored rollout. `traces` maps predictor name -> list of {"inputs", "outputs"} calls;
+    `predictor_feedback` holds GEPA-style per-predictor feedback when the metric gives it."""
+
+    example_id: str
+    score: float
+    feedback: str
+    outputs: dict[str, str] = field(default_factory=dict)
+    traces: dict[str, list[dict[str, dict[str, str]]]] = field(default_factory=dict)
+    error: str | None = None
+    lm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    predictor_feedback: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RolloutResult":
+        return cls(**data)
+
+
+class RolloutJournal(Protocol):
+    """Where completed rollouts go and where a resumed run finds them (see checkpoint.py)."""
+
+    def replay_rollout(self, key: str, example_id: str) -> dict[str, Any] | None: ...
+
+    def record_rollout(self, key: str, example_id: str, result: dict[str, Any]) -> None: ...
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= _MAX_FIELD_CHARS else text[:_MAX_FIELD_CHARS] + " …[truncated]"
+
+
+def _fields(obj: Any) -> dict[str, str]:
+    if obj is None:
+        return {}
+    items = obj.items() if hasattr(obj, "items") else [("output", obj)]
+    return {str(k): _text(v) for k, v in items}
+
+
+def build_variant(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
+    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched)."""
+    program = student.deepcopy()
+    for name, predictor in program.named_predictors():
+        if name in instructions:
+            predictor.signature = predictor.signature.with_instructions(instructions[name])
+    return program
+
+
+class Rollouts:
+    """Evaluates program variants on examples: cache first, journal second, then budget-paid runs.
+
+    The cache key is (instructions key, example id), so a program's score on an example is bought
+    once and reused by evidence, acceptance and selection alike.
+    """
+
+    def __init__(
+        self,
+        student: dspy.Module,
+        metric: MetricAdapter,
+        budget: Any,
+        *,
+        num_threads: int = 1,
+        failure_score: float = 0.0,
+        journal: RolloutJournal | None = None,
+        display_progress: bool = True,
+    ):
+        self.student = student
+        self.metric = metric
+        self.budget = budget
+        self.num_threads = max(1, int(num_threads or 1))
+        self.failure_score = failure_score
+        self.journal = journal
+        self.display_progress = display_progress
+        self.cache: dict[tuple[str, str], RolloutResult] = {}
+        self.usage = UsageMeter()
+        self.replayed = 0
+        self._programs: dict[str, dspy.Module] = {}
+
+    def cached(self, key: str, example_id: str) -> RolloutResult | None:
+        return self.cache.get((key, example_id))
+
+    def evaluate(
+        self,
+        key: str,
+        instructions: dict[str, str],
+        examples: list[tuple[str, Any]],
+        desc: str = "rollouts",
+        limit: int | None = None,
+    ) -> dict[str, RolloutResult]:
+        """Results for as many of `examples` as are cached or fit in the budget (in order).
+
+        Uncached examples are paid for in order until the budget runs out, so a short budget
+        evaluates a prefix; callers read what came back. `limit` caps the paid rollouts of this call.
+        """
+        out: dict[str, RolloutResult] = {}
+        todo: list[tuple[str, Any]] = []
+        for ex_id, example in examples:
+            hit = self.cache.get((key, ex_id))
+            if hit is not None:
+                out[ex_id] = hit
+            else:
+                todo.append((ex_id, example))
+        granted = self.budget.take(len(todo) if limit is None else min(len(todo), max(0, limit)))
+        todo = todo[:granted]
+        live: list[tuple[str, Any]] = []
+        for ex_id, example in todo:
+            recorded = self.journal.replay_rollout(key, ex_id) if self.journal else None
+            if recorded is not None:
+                result = RolloutResult.from_dict(recorded)
+                self.replayed += 1
+                self._store(key, result, journal=False)
+                out[ex_id] = result
+            else:
+                live.append((ex_id, example))
+        if live:
+            program = self._program(key, instructions)
+            for result in self._run_many(program, live, desc):
+                self._store(key, result, journal=True)
+                out[result.example_id] = result
+        return out
+
+    def _store(self, key: str, result: RolloutResult, journal: bool) -> None:
+        self.cache[(key, result.example_id)] = result
+        self.usage.add(result.lm_calls, result.input_tokens, result.output_tokens)
+        if journal and self.journal is not None:
+            self.journal.record_rollout(key, result.example_id, result.to_dict())
+
+    def _program(self, key: str, instructions: dict[str, str]) -> dspy.Module:
+        if key not in self._programs:
+            self._programs[key] = build_variant(self.student, instructions)
+        return self._programs[key]
+
+    def _run_many(self, program: dspy.Module, items: list[tuple[str, Any]], desc: str):
+        from tqdm.auto import tqdm
+
+        names = {id(p): n for n, p in program.named_predictors()}
+        bar = tqdm(total=len(items), desc=desc, leave=False, disable=not self.display_progress)
+        try:
+            if self.num_threads == 1 or len(items) == 1:
+                for ex_id, example in items:
+                    yield self.run_one(program, names, ex_id, example)
+                    bar.update(1)
+                return
+            with cf.ThreadPoolExecutor(max_workers=min(self.num_threads, len(items))) as pool:
+                futures = [
+                    pool.submit(contextvars.copy_context().run, self.run_one, program, names, ex_id, example)
+                    for ex_id, example in items
+                ]
+                try:
+                    for fut in cf.as_completed(futures):
+                        yield fut.result()
+                        bar.update(1)
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+        finally:
+            bar.close()
+
+    def run_one(self, program: dspy.Module, names: dict[int, str], ex_id: str, example: Any) -> RolloutResult:
+        """One paid rollout; never raises for LM/program/metric failures (they score failure_score),
+        only for MetricError (a broken metric)."""
+        meter = UsageMeter()
+        pred, error = None, None
+        with dspy.context(trace=[], usage_tracker=meter):
+            try:
+                pred = program(**example.inputs())
+            except Exception as exc:  # LM timeouts, rate limits, parse failures, program bugs
+                error = f"{type(exc).__name__}: {_first_line(exc)}"
+            trace = list(dspy.settings.trace or [])
+        traces: dict[str, list[dict[str, dict[str, str]]]] = {}
+        for predictor, inputs, outputs in trace:
+            name = names.get(id(predictor), type(predictor).__name__)
+            traces.setdefault(name, []).append({"inputs": _fields(inputs), "outputs": _fields(outputs)})
+        predictor_feedback: dict[str, str] = {}
+        if error is not None:
+            score, feedback = self.failure_score, f"The program failed before producing an answer ({error})."
+        else:
+            try:
+                score, feedback = self.metric(example, pred, trace)
+                if feedback is None:
+                    feedback = f"This trajectory got a score of {score}."
+                if self.metric.arity == 5 and len(names) > 1:
+                    for predictor, inputs, outputs in trace:
+                        name = names.get(id(predictor))
+                        if name and name not in predictor_feedback:
+                            _, fb = self.metric(example, pred, trace, name, [(predictor, inputs, outputs)])
+                            if fb:
+                                predictor_feedback[name] = fb
+            except MetricError:
+                raise
+            except Exception as exc:
+                error = f"metric raised {type(exc).__name__}: {_first_line(exc)}"
+                score, feedback = self.failure_score, f"The answer could not be scored ({error})."
+        return RolloutResult(
+            example_id=ex_id,
+            score=score,
+            feedback=_text(feedback),
+            outputs=_fields(pred),
+            traces=traces,
+            error=error,
+            lm_calls=meter.calls,
+            input_tokens=meter.input_tokens,
+            output_tokens=meter.output_tokens,
+            predictor_feedback=predictor_feedback,
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "")[:500]
