@@ -97,9 +97,12 @@ class SQLJudge:
             raise FileNotFoundError(f"sql_execution_metric: database file not found: {db_path}")
         gold = self.gold(db_path, gold_sql)
         if not gold.execution.ok or gold.execution.truncated:
-            why = "overflows the row cap" if gold.execution.ok else f"fails ({gold.execution.describe()})"
-            logger.warning("gold query %s on %s: %s", why, db_path, gold_sql)
-            note = f" Gold SQL: {gold_sql}" if self.reveal_expected else ""
+            if gold.execution.ok:
+                why = "overflows the row cap"
+            else:  # the error type only: its message could quote the label
+                why = f"fails with {gold.execution.error_type}"
+            logger.warning("gold query %s on %s (%s): %s", why, db_path, gold.execution.describe(), gold_sql)
+            note = f" {gold.execution.describe()}. Gold SQL: {gold_sql}" if self.reveal_expected else ""
             return Verdict(0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}")
         pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
         executed = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(pred_sql)
