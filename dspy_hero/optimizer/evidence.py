@@ -29,6 +29,7 @@ class Case:
     feedback: str
     predictor_inputs: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
 
     def to_dict(self, with_labels: bool = False) -> dict[str, Any]:
         data = asdict(self)
@@ -74,7 +75,7 @@ def build_cases(
             pred_inputs = {}
         labels = {k: str(v) for k, v in ex.labels().items()}
         feedback = r.predictor_feedback.get(predictor) or r.feedback
-        cases.append(Case(cid, r.example_id, passed, r.score, inputs, program, feedback, pred_inputs, labels))
+        cases.append(Case(cid, r.example_id, passed, r.score, inputs, program, feedback, pred_inputs, labels, r.error))
     return cases
 
 

@@ -325,7 +325,8 @@ class _Run:
         cases = build_cases(results, self.examples, name, pass_threshold=opt.perfect_score,
                             num_failing=opt.num_failing_cases, num_passing=opt.num_passing_cases,
                             failure_only=opt.failure_only)
-        rec.diagnosis_cases = [dict(case_id=c.case_id, example_id=c.example_id, passed=c.passed, score=c.score) for c in cases]
+        rec.diagnosis_cases = [dict(case_id=c.case_id, example_id=c.example_id, passed=c.passed, score=c.score,
+                                    error=c.error) for c in cases]
         if not any(not c.passed for c in cases):
             rec.notes.append("no failing diagnosis cases: nothing to revise" if cases else "no diagnosis results (budget)")
             return
@@ -479,6 +480,7 @@ class _Run:
         res.final_prompt_tokens = final.prompt_tokens
         res.total_metric_calls = self.budget.spent
         res.replayed_metric_calls = self.rollouts.replayed
+        res.rollout_errors = self.rollouts.error_counts()
         u = self.rollouts.usage
         res.task_lm = LMUsage(u.calls, u.input_tokens, u.output_tokens)
         res.reflection_lm = self.reflection_usage

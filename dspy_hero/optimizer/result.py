@@ -39,7 +39,7 @@ class CandidateRecord:
 class RoundRecord:
     round: int
     predictor: str
-    diagnosis_cases: list[dict[str, Any]] = field(default_factory=list)  # case_id, example_id, passed, score
+    diagnosis_cases: list[dict[str, Any]] = field(default_factory=list)  # case_id, example_id, passed, score, error
     shown_case_ids: list[str] = field(default_factory=list)
     gradient: str = ""
     reflection_error: str | None = None
@@ -83,6 +83,7 @@ class HeroResult:
     tokens_per_optimization_call: float | None = None
     final_prompt_tokens: int = 0
     replayed_metric_calls: int = 0
+    rollout_errors: dict[str, int] = field(default_factory=dict)  # failed rollouts by error type
     warnings: list[str] = field(default_factory=list)
     seed: int | None = 0
 

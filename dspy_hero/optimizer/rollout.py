@@ -212,6 +212,15 @@ class Rollouts:
         self.replayed = 0
         self._programs: dict[str, dspy.Module] = {}
 
+    def error_counts(self) -> dict[str, int]:
+        """Failed rollouts by error type (e.g. {"AdapterParseError": 3}) over everything evaluated."""
+        counts: dict[str, int] = {}
+        for r in self.cache.values():
+            if r.error:
+                kind = r.error.split(":", 1)[0]
+                counts[kind] = counts.get(kind, 0) + 1
+        return dict(sorted(counts.items()))
+
     def cached(self, key: str, example_id: str) -> RolloutResult | None:
         return self.cache.get((key, example_id))
 

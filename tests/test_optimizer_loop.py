@@ -1,0 +1,272 @@
+"""HeroOptimizer end to end on the scripted toy task: the loop's decisions are checked exactly."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import dspy
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.optimizer.hero import HeroOptimizer
+from dspy_hero.optimizer.rollout import MetricError
+from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
+from optimizer_toy import (
+    COUNT_RULE, LIMIT_RULE, NOOP_RULE, SUM_RULE, feedback_metric, float_metric, make_examples, program,
+    reflection_lm, task_lm,
+)
+
+SEED = SEED_INSTRUCTIONS["sql"]
+
+
+def run(train, rules, metric=feedback_metric, tl=None, rl=None, valset=None, **kw):
+    tl = tl or task_lm()
+    rl = rl or reflection_lm(rules)
+    kw.setdefault("max_metric_calls", 600)
+    kw.setdefault("display_progress", False)
+    student = program()
+    with dspy.context(lm=tl):
+        out = HeroOptimizer(metric, reflection_lm=rl, **kw).compile(student, train, valset=valset)
+    return out, out.detailed_results, tl, rl
+
+
+def decisions(res):
+    return {c.edit.split(": ", 1)[-1]: c for r in res.rounds for c in r.candidates}
+
+
+def test_helpful_candidate_is_accepted_and_returned():
+    out, res, tl, _ = run(make_examples(60), [[COUNT_RULE], [SUM_RULE]], num_rounds=2)
+    instr = out.generate.signature.instructions
+    assert instr.startswith(SEED) and COUNT_RULE in instr and SUM_RULE in instr
+    d = decisions(res)[COUNT_RULE].decision
+    assert d.accepted and d.fixes > 0 and d.breaks == 0
+    assert res.rounds[0].adopted_candidate_id == "r1c1" and res.final_entry_id == "r2c1"
+    assert res.adopted_fix_break_ratio is None and res.adopted_fixes > 0  # no breaks at all
+    assert res.total_metric_calls <= 600 and engine_of(tl).call_count == res.total_metric_calls
+    assert res.task_lm.calls == res.total_metric_calls and res.reflection_lm.calls == 4
+    assert res.tokens_per_optimization_call and res.final_prompt_tokens > 0
+
+
+def test_candidate_that_fixes_some_and_breaks_more_is_rejected():
+    train = make_examples(80, kinds=("count", "plain", "plain", "sum"))
+    out, res, _, _ = run(train, [[LIMIT_RULE]], num_rounds=1)
+    d = decisions(res)[LIMIT_RULE].decision
+    assert not d.accepted and d.fixes > 0 and d.breaks > d.fixes
+    assert out.generate.signature.instructions == SEED
+    assert res.overall_breaks == d.breaks and res.adopted_breaks == 0
+
+
+def test_candidate_below_the_margin_is_rejected():
+    train = make_examples(80, kinds=("count", "plain", "plain", "plain"))
+    _, res, _, _ = run(train, [[COUNT_RULE]], num_rounds=1, acceptance_margin=0.5)
+    d = decisions(res)[COUNT_RULE].decision
+    assert not d.accepted and d.breaks == 0 and 0 < d.estimate <= 0.5
+    _, res, _, _ = run(train, [[COUNT_RULE]], num_rounds=1, acceptance_margin=0.0)
+    assert decisions(res)[COUNT_RULE].decision.accepted
+
+
+def test_uncertain_candidates_get_more_evaluations_than_clear_ones():
+    train = make_examples(120, kinds=("count", "plain"))
+    mixed = "Use COUNT(*) for how-many questions and always add LIMIT 1 to every query."
+    _, res, _, _ = run(train, [[COUNT_RULE, mixed]], num_rounds=1, max_metric_calls=2000)
+    clear, unsure = decisions(res)[COUNT_RULE].decision, decisions(res)[mixed].decision
+    assert clear.accepted and clear.n == 8
+    assert unsure.n > clear.n and len(unsure.stages) > 1
+
+
+def test_memorizing_candidate_of_a_diagnosis_case_is_blocked_exactly():
+    seen = {}
+
+    def reflect(req):
+        if "evidence" in req.inputs:
+            # the first failing counting case: its gold is SELECT COUNT(*) FROM <its table>
+            m = re.search(r"### Case (F\d+) [^\n]*\nInputs:\n  question: How many rows are in table (\w+)", req.inputs["evidence"])
+            seen["case"], seen["table"] = m.group(1), m.group(2)
+            return {"preserve": "- (P1)", "revise": f"- counting is wrong ({seen['case']})"}
+        table, case = seen["table"], seen["case"]
+        return {"edits": f"ADD: When asked about {table}, answer SELECT COUNT(*) FROM {table} ({case})\n"
+                         f"ADD: {COUNT_RULE} ({case})"}
+
+    _, res, _, _ = run(make_examples(30), None, rl=scripted_lm(reflect), num_rounds=1)
+    c1, c2 = res.rounds[0].candidates
+    assert c1.status == "blocked" and not c1.guard_allowed and "label 'gold_sql'" in c1.guard_reason
+    assert c2.guard_allowed and c2.status == "adopted"
+
+
+def test_two_argument_float_metric_works():
+    out, res, _, _ = run(make_examples(60), [[COUNT_RULE]], metric=float_metric, num_rounds=1)
+    assert COUNT_RULE in out.generate.signature.instructions
+
+
+def test_garbage_reflection_never_adopts_and_returns_seed_with_warning(caplog):
+    rl = reflection_lm(None, garbage="lorem ipsum dolor sit amet }{ ### ]]")
+    with caplog.at_level(logging.WARNING, logger="dspy_hero.optimizer"):
+        out, res, _, _ = run(make_examples(40), None, rl=rl, num_rounds=3)
+    assert out.generate.signature.instructions == SEED
+    assert all(r.adopted_candidate_id is None for r in res.rounds)
+    assert all(c.status.startswith("dropped") for r in res.rounds for c in r.candidates)
+    assert any("adopted no candidate" in w for w in res.warnings)
+    assert "adopted no candidate" in caplog.text
+
+
+def test_reflection_lm_that_raises_is_recorded_and_seed_returned():
+    def boom(req):
+        raise ConnectionRefusedError("connection refused")
+
+    out, res, _, _ = run(make_examples(40), None, rl=scripted_lm(boom), num_rounds=2)
+    assert out.generate.signature.instructions == SEED
+    assert all("connection refused" in (r.reflection_error or "") for r in res.rounds)
+
+
+def test_failing_task_lm_counts_rollouts_as_failures_and_continues():
+    def fail(req):
+        n = int(re.search(r"tbl(\d+)", req.inputs["question"]).group(1))
+        if n % 5 == 0:
+            raise TimeoutError("request timed out")
+        if n % 5 == 1:
+            return "I think the answer is probably a query"  # no output fields: adapter parse error
+        if n % 5 == 2:
+            return ""  # empty output
+        return None
+
+    tl = task_lm(fail)
+    budget = 300
+    out, res, tl, _ = run(make_examples(60), [[COUNT_RULE]], tl=tl, num_rounds=2, max_metric_calls=budget)
+    assert res.total_metric_calls <= budget
+    errs = res.rollout_errors
+    assert errs and sum(errs.values()) > 0 and any("Error" in k for k in errs)
+    errors = [c["error"] for r in res.rounds for c in r.diagnosis_cases if c["error"]]
+    assert any("timed out" in e for e in errors) and any("AdapterParseError" in e for e in errors)
+    assert COUNT_RULE in out.generate.signature.instructions  # the run still learned from the rest
+
+
+def test_bad_input_fails_before_any_budget_is_spent():
+    tl, rl = task_lm(), reflection_lm([[COUNT_RULE]])
+    opt = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=50, display_progress=False)
+    with dspy.context(lm=tl):
+        with pytest.raises(ValueError, match="trainset is empty"):
+            opt.compile(program(), [])
+        missing = make_examples(10)
+        missing[4] = dspy.Example(question="How many rows are in table tbl4?").with_inputs("question")
+        with pytest.raises(ValueError, match="example t4"):
+            opt.compile(program(), missing)
+        with pytest.raises(ValueError, match="input fields"):
+            opt.compile(program(), [dspy.Example(question="q", gold_sql="x")] * 3)
+
+        def raising(gold, pred):
+            raise RuntimeError("metric bug")
+
+        with pytest.raises(ValueError, match="metric bug"):
+            HeroOptimizer(raising, reflection_lm=rl, max_metric_calls=50).compile(program(), make_examples(10))
+        with pytest.raises(MetricError, match=r"\[0, 1\]"):
+            HeroOptimizer(lambda g, p: 100.0, reflection_lm=rl, max_metric_calls=50).compile(program(), make_examples(10))
+        with pytest.raises(ValueError, match="at most one"):
+            HeroOptimizer(feedback_metric, auto="light", max_metric_calls=5)
+    assert engine_of(tl).call_count == 0 and engine_of(rl).call_count == 0
+    with pytest.raises(ValueError, match="no task LM"):
+        with dspy.context(lm=None):
+            opt.compile(program(), make_examples(10))
+
+
+def test_metric_scoring_out_of_range_mid_run_is_a_clear_error():
+    def metric(gold, pred):
+        return 5.0 if "COUNT" in getattr(pred, "sql", "") else 0.0
+
+    with pytest.raises(MetricError, match="score 5.0"):
+        run(make_examples(30), [[COUNT_RULE]], metric=metric, num_rounds=1)
+
+
+def test_student_is_not_mutated_and_result_saves(tmp_path):
+    student = program()
+    before = student.generate.signature.instructions
+    tl, rl = task_lm(), reflection_lm([[COUNT_RULE]])
+    with dspy.context(lm=tl):
+        out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=300, num_rounds=1,
+                            display_progress=False).compile(student, make_examples(40))
+    assert student.generate.signature.instructions == before and out is not student
+    assert not hasattr(student, "detailed_results")
+    path = tmp_path / "prog.json"
+    out.save(str(path))
+    fresh = program()
+    fresh.load(str(path))
+    assert fresh.generate.signature.instructions == out.generate.signature.instructions != before
+    out.detailed_results.save_json(tmp_path / "r.json")
+    from dspy_hero.optimizer.result import HeroResult
+
+    back = HeroResult.load_json(tmp_path / "r.json")
+    assert back.to_dict() == out.detailed_results.to_dict()
+
+
+def test_default_compile_infers_budget_and_is_deterministic_across_threads():
+    train = make_examples(45)
+    a = run(train, [[COUNT_RULE, NOOP_RULE], [SUM_RULE]], max_metric_calls=None, num_rounds=2, num_threads=1)[1]
+    b = run(train, [[COUNT_RULE, NOOP_RULE], [SUM_RULE]], max_metric_calls=None, num_rounds=2, num_threads=4)[1]
+    from dspy_hero.optimizer.budget import gepa_auto_budget
+
+    assert a.budget == gepa_auto_budget("light", 1, 45, None)
+    da, db = a.to_dict(), b.to_dict()
+    assert da == db
+
+
+def test_grouped_pools_in_a_run_and_valset_as_selection():
+    train = make_examples(60, groups=6)
+    val = make_examples(12, start=100, groups=3)
+    _, res, _, _ = run(train, [[COUNT_RULE]], valset=val, group_key="db_id", num_rounds=1)
+    p = res.pools
+    assert p["selection"] == [f"v{i}" for i in range(12)] and p["selection_is_valset"]
+    by_id = {f"t{i}": ex.db_id for i, ex in enumerate(train)}
+    assert not {by_id[i] for i in p["diagnosis"]} & {by_id[i] for i in p["update"]}
+
+
+class TwoStep(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.plan = dspy.Predict(dspy.Signature("question -> plan", "Describe the query plan."))
+        self.write = dspy.Predict(dspy.Signature("question, plan -> sql", "Write one SQLite query."))
+
+    def forward(self, question):
+        plan = self.plan(question=question).plan
+        return self.write(question=question, plan=plan)
+
+
+def test_multi_predictor_round_robin_uses_per_predictor_traces():
+    from optimizer_toy import answer_for
+
+    def script(req):
+        if "plan" in req.output_fields:
+            return {"plan": "count rows" if "count" in req.instructions.lower() else "select rows"}
+        q = req.inputs["question"]
+        if q.startswith("How many") and req.inputs.get("plan") == "count rows":
+            return {"sql": answer_for(q, "count")}
+        return {"sql": answer_for(q, "")}
+
+    seen_evidence = []
+
+    def reflect(req):
+        if "evidence" in req.inputs:
+            seen_evidence.append(req.inputs["evidence"])
+            return {"preserve": "- (P1)", "revise": "- counting (F1)"}
+        return {"edits": f"ADD: {COUNT_RULE} (F1)"}
+
+    tl, rl = scripted_lm(script), scripted_lm(reflect)
+    with dspy.context(lm=tl):
+        out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=800, num_rounds=2,
+                            display_progress=False).compile(TwoStep(), make_examples(60))
+    res = out.detailed_results
+    assert [r.predictor for r in res.rounds] == ["plan", "write"]
+    assert COUNT_RULE in out.plan.signature.instructions  # the plan step was the one that needed it
+    assert "Inputs to this step" in seen_evidence[1] and "plan:" in seen_evidence[1]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget=st.one_of(st.integers(0, 12), st.integers(13, 250)), threads=st.sampled_from([1, 3]))
+def test_budget_is_never_exceeded(budget, threads):
+    tl = task_lm()
+    _, res, tl, _ = run(make_examples(36), [[COUNT_RULE, NOOP_RULE, LIMIT_RULE], [SUM_RULE], [NOOP_RULE]],
+                        tl=tl, max_metric_calls=budget, num_rounds=3, num_threads=threads)
+    assert res.total_metric_calls <= budget
+    assert engine_of(tl).call_count <= budget  # one task-LM call per rollout: the ground truth
+    assert engine_of(tl).call_count == res.total_metric_calls
