@@ -33,6 +33,7 @@ to ``/usr/bin/python3`` when uid 65534 cannot run the host interpreter. ``python
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -279,12 +280,12 @@ class PythonSandbox:
             if plan.payload:
                 cfg["files"] = {MAIN_FILE: source}
                 cfg["stdin_text"] = stdin or ""
-                body = json.dumps(cfg).encode("utf-8")
+                body = repr(cfg).encode("utf-8")
                 stdin_bytes = str(len(body)).encode() + b"\n" + body
                 stdin_file = subprocess.PIPE
             else:
                 _write(Path(workdir, MAIN_FILE), source)
-                _write(Path(workdir, "_hero_boot.json"), json.dumps(cfg))
+                _write(Path(workdir, "_hero_boot.cfg"), repr(cfg))
                 _write(Path(workdir, "_hero_stdin"), stdin or "")
                 stdin_file = open(Path(workdir, "_hero_stdin"), "rb")
                 os.unlink(Path(workdir, "_hero_stdin"))
@@ -594,8 +595,10 @@ def _interpret(raw: bytes, nonce: str, returncode: int | None, timed_out: bool, 
         line_end = text.find("\n", marker)
         blob = text[marker + len(nonce): line_end if line_end >= 0 else len(text)]
         try:
-            record = json.loads(blob)
-        except json.JSONDecodeError:
+            record = ast.literal_eval(blob)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            record = None
+        if not isinstance(record, dict):
             record = None
         head = text[:marker]
         text = (head[:-1] if head.endswith("\n") else head) + (text[line_end + 1:] if line_end >= 0 else "")
@@ -628,6 +631,10 @@ def _interpret(raw: bytes, nonce: str, returncode: int | None, timed_out: bool, 
             return fail(RUNTIME, "the test run ended without a report (the program exited early)")
         return fail(RUNTIME, f"the program exited with status {returncode} without a report: {_last_line(text)}")
     status = record.get("status")
+    if returncode not in (0, None) and status in ("ok", "tests") or (status == "exit" and returncode != record.get("code")):
+        # the program reported success but its process tree did not end cleanly (e.g. it killed the
+        # rlimit layer's reaper): do not trust the report
+        return fail(RUNTIME, f"the sandbox's supervising process ended with status {returncode}")
     if status == "ok" or (status == "exit" and record.get("code") == 0):
         return Execution(ok=True, output=text, runtime_s=runtime, truncated=truncated, details=details)
     if status == "exit":
