@@ -1,0 +1,236 @@
+"""Side-by-side comparison: seed prompt, HERO-O, HERO-O + HERO-T, GEPA, MIPROv2 and ReAct on one task.
+
+All methods share the task LM, the reflection LM, the optimization data (train + val), the evaluation
+set, the seed and the rollout budget (HERO-O and GEPA get exactly GEPA's `auto` budget, or
+``--max-metric-calls``; MIPROv2 gets the zero-shot setting whose expected rollouts come closest, and
+its actual rollouts are counted). Per-example outcomes of every method are saved, so paired
+differences and bootstrap intervals can be recomputed from the JSON.
+
+Resumable: each method's result is written to ``<out>/methods/<method>.json`` as soon as it finishes
+and is not re-run; HERO-O and GEPA keep their own checkpoints under ``<out>/logs/``.
+
+Examples::
+
+    python benchmarks/compare.py --task spider --simulate --train-size 40 --test-size 40 --out /tmp/sim
+    python benchmarks/compare.py --task spider --train-size 60 --test-size 100 --auto light --out runs/spider
+    python benchmarks/compare.py --task bigcodebench --stdlib-only --lm openai/gpt-4o-mini --out runs/bcb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import dspy
+
+from dspy_hero.bench.accounting import track_usage
+from dspy_hero.bench.methods import LABELS, METHODS, NEEDS, MethodResult, RunContext, run_method
+from dspy_hero.bench.report import markdown, plots, summary, write_json
+from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
+
+log = logging.getLogger("hero.compare")
+
+
+@dataclass
+class CompareConfig:
+    task: str = "spider"
+    data: str | None = None
+    train_size: int | None = 40
+    test_size: int | None = 40
+    val_fraction: float = 0.5
+    auto: str | None = "light"
+    max_metric_calls: int | None = None
+    threads: int = 4
+    seed: int = 0
+    methods: Sequence[str] = METHODS
+    out: str = "compare_out"
+    lm: str | None = None
+    reflection_lm: str | None = None
+    simulate: bool = False
+    stdlib_only: bool = False
+    ves_repetitions: int = 5
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+
+
+# ----------------------------------------------------------------------------------------- setup
+
+def load_task(config: CompareConfig):
+    from dspy_hero.tasks import registry
+    from dspy_hero.tasks.benchmarks import register_benchmark_tasks
+
+    register_benchmark_tasks()
+    kwargs = dict(config.task_kwargs)
+    if config.data:
+        kwargs["data_dir"] = config.data
+    if config.stdlib_only:
+        kwargs["stdlib_only"] = True
+    kwargs.setdefault("split_seed", config.seed)
+    return registry.load_task(config.task, **kwargs)
+
+
+def optimization_pools(task, train_size: int | None, val_fraction: float, seed: int):
+    """(train, val): the optimization pool capped to `train_size`, split by group when possible."""
+    pool = cap(task.train, train_size, seed, task.group_key)
+    groups = {str(ex[task.group_key]) for ex in pool} if task.group_key else set()
+    if len(groups) >= 2:
+        train, val = split_by_group(pool, task.group_key, val_fraction, seed=seed)
+        how = f"by {task.group_key}"
+    else:
+        train, val = split_by_fraction(pool, 1.0 - val_fraction, seed=seed)
+        how = "by example"
+    return train, val, how
+
+
+def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
+    """(task LM, reflection LM, their names). Distinct objects, so their usage is counted apart."""
+    if config.simulate:
+        from dspy_hero.bench.simulate import simulated_lms
+
+        task_lm, refl_lm, _ = simulated_lms(examples)
+        return track_usage(task_lm), track_usage(refl_lm), "scripted simulation (task)", "scripted simulation (reflection)"
+    if config.lm:
+        task_lm = dspy.LM(config.lm, temperature=0.0, cache=False)
+    else:
+        from dspy_hero.lm.local import local_lm
+
+        task_lm = local_lm(parallel=max(1, config.threads))
+    refl_lm = dspy.LM(config.reflection_lm, cache=False) if config.reflection_lm else task_lm.copy()
+    return track_usage(task_lm), track_usage(refl_lm), task_lm.model, refl_lm.model
+
+
+def resolve_budget(config: CompareConfig, program: dspy.Module, train, val) -> tuple[int, str]:
+    if config.max_metric_calls is not None:
+        return int(config.max_metric_calls), "--max-metric-calls"
+    from dspy_hero.optimizer.budget import gepa_auto_budget
+
+    n = gepa_auto_budget(config.auto or "light", len(program.named_predictors()), len(train), len(val))
+    return n, f"dspy.GEPA auto={config.auto or 'light'} on this program and data"
+
+
+def ordered_methods(methods: Sequence[str]) -> list[str]:
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    wanted = list(dict.fromkeys(methods))
+    for m in list(wanted):
+        if m in NEEDS and NEEDS[m] not in wanted:
+            wanted.insert(0, NEEDS[m])  # HERO-T and HERO-O+ReAct start from HERO-O's prompt
+    return [m for m in METHODS if m in wanted]
+
+
+def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
+    """What must match for a resumed run to reuse saved method results."""
+    keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate")
+    return {k: meta.get(k) for k in keys}
+
+
+# ------------------------------------------------------------------------------------------- run
+
+def run_comparison(config: CompareConfig) -> dict[str, Any]:
+    """Run (or resume) the comparison; returns the results dictionary also written to results.json."""
+    out = Path(config.out)
+    (out / "methods").mkdir(parents=True, exist_ok=True)
+    task = load_task(config)
+    try:
+        train, val, pool_how = optimization_pools(task, config.train_size, config.val_fraction, config.seed)
+        test = cap(task.test, config.test_size, config.seed, task.group_key)
+        task_lm, refl_lm, task_name, refl_name = make_lms(config, [*train, *val, *test])
+        budget, budget_source = resolve_budget(config, task.make_program(), train, val)
+        meta = {
+            "task": task.name, "split_note": task.split_note, "pools": f"optimization pool split {pool_how} "
+            f"(val fraction {config.val_fraction})", "sizes": {"train": len(train), "val": len(val), "test": len(test)},
+            "task_lm": task_name, "reflection_lm": refl_name, "seed": config.seed, "budget": budget,
+            "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
+            "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
+            "test_ids": [e.example_id for e in test], "command": config.command,
+            "machine": f"{platform.node()} {platform.platform()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        }
+        meta_path = out / "meta.json"
+        if meta_path.exists():
+            old = json.loads(meta_path.read_text(encoding="utf-8"))
+            if fingerprint(old) != fingerprint(meta):
+                diff = [k for k in fingerprint(meta) if fingerprint(old).get(k) != fingerprint(meta).get(k)]
+                raise ValueError(f"{out} holds a run with different settings ({', '.join(diff)}); use a new --out")
+        write_json(meta_path, meta)
+
+        ctx = RunContext(task=task, train=train, val=val, test=test, task_lm=task_lm, reflection_lm=refl_lm,
+                         budget=budget, threads=config.threads, seed=config.seed, out_dir=out,
+                         ves_repetitions=config.ves_repetitions)
+        results: dict[str, MethodResult] = {}
+        order = ordered_methods(config.methods)
+        for method in order:
+            path = out / "methods" / f"{method}.json"
+            if path.exists():
+                saved = MethodResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                if saved.status == "done":
+                    log.info("%s: already done, reusing %s", method, path)
+                    results[method] = saved
+                    ctx.instructions[method] = saved.instructions
+                    continue
+            log.info("%s: running (budget %d rollouts)", method, budget)
+            results[method] = run_method(ctx, method)
+            write_json(path, results[method].to_dict())
+            log.info("%s: %s pass@1=%.3f", method, results[method].status, results[method].pass_at_1)
+
+        data = {"meta": meta, "methods": {m: results[m].to_dict() for m in order}, "summary": summary(results, config.seed)}
+        write_json(out / "results.json", data)
+        (out / "results.md").write_text(markdown(meta, results, order), encoding="utf-8")
+        plots(out, results, order)
+        return data
+    finally:
+        task.close()
+
+
+# ------------------------------------------------------------------------------------------- CLI
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="spider", help="bird | spider | cypherbench | bigcodebench | dscodebench")
+    p.add_argument("--data", default=None, help="benchmark directory in the official layout (default: ../shared/benchmarks/<task>)")
+    p.add_argument("--train-size", type=int, default=40, help="cap on the optimization pool (train + val)")
+    p.add_argument("--test-size", type=int, default=40, help="cap on the evaluation set")
+    p.add_argument("--val-fraction", type=float, default=0.5)
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--auto", choices=["light", "medium", "heavy"], default=None)
+    budget.add_argument("--max-metric-calls", type=int, default=None)
+    p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    p.add_argument("--out", default="compare_out")
+    p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
+    p.add_argument("--reflection-lm", default=None, help="litellm model string (default: a copy of the task LM)")
+    p.add_argument("--simulate", action="store_true", help="scripted task and reflection LMs over real execution (seconds)")
+    p.add_argument("--stdlib-only", action="store_true", help="BigCodeBench: only tasks whose libraries are all stdlib")
+    p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    return CompareConfig(
+        task=a.task, data=a.data, train_size=a.train_size, test_size=a.test_size, val_fraction=a.val_fraction,
+        auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
+        seed=a.seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
+        reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only,
+        ves_repetitions=a.ves_repetitions,
+        command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
+    ), a.verbose
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config, verbose = parse_args(argv)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    data = run_comparison(config)
+    sys.stdout.write((Path(config.out) / "results.md").read_text(encoding="utf-8"))
+    failed = [m for m, r in data["methods"].items() if r["status"] != "done"]
+    return 1 if failed and len(failed) == len(data["methods"]) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""One runner per compared method; each returns a `MethodResult` with per-example outcomes.
+
+Every method sees the same task LM, reflection LM, optimization data (train/val), evaluation set and
+seed, and its metric is wrapped in a counter so the rollouts it actually spent are reported next to
+the budget it was given. Optimizers and HERO-T are imported when their runner runs, so a missing
+optional piece fails only its own method (recorded as such) and never the whole comparison.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import dspy
+
+from dspy_hero.bench.accounting import CountingMetric, UsageMeter
+from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks
+from dspy_hero.tasks.base import Task
+
+log = logging.getLogger(__name__)
+
+METHODS = ("seed", "hero_o", "hero_o_t", "gepa", "mipro", "react", "hero_o_react")
+LABELS = {
+    "seed": "Seed prompt",
+    "hero_o": "HERO-O",
+    "hero_o_t": "HERO-O + HERO-T",
+    "gepa": "GEPA",
+    "mipro": "MIPROv2",
+    "react": "Seed + ReAct (3 interactions)",
+    "hero_o_react": "HERO-O + ReAct (3 interactions)",
+}
+NEEDS = {"hero_o_t": "hero_o", "hero_o_react": "hero_o"}
+
+
+@dataclass
+class RunContext:
+    """What all methods share in one comparison."""
+
+    task: Task
+    train: list[dspy.Example]
+    val: list[dspy.Example]
+    test: list[dspy.Example]
+    task_lm: dspy.LM
+    reflection_lm: dspy.LM
+    budget: int
+    threads: int = 4
+    seed: int = 0
+    out_dir: Path = Path("compare_out")
+    ves_repetitions: int = 5
+    programs: dict[str, dspy.Module] = field(default_factory=dict)
+    instructions: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class MethodResult:
+    method: str
+    label: str
+    status: str = "done"  # done | failed
+    error: str | None = None
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # example_id, score, program, error
+    pass_at_1: float = 0.0
+    ci: dict[str, Any] = field(default_factory=dict)
+    ves: float | None = None
+    budget: int | None = None
+    rollouts_optimization: int = 0
+    rollouts_evaluation: int = 0
+    lm_optimization: dict[str, dict[str, int]] = field(default_factory=dict)
+    lm_evaluation: dict[str, dict[str, int]] = field(default_factory=dict)
+    wall_s_optimization: float = 0.0
+    wall_s_evaluation: float = 0.0
+    instructions: dict[str, str] = field(default_factory=dict)
+    fix_break: list[dict[str, Any]] = field(default_factory=list)  # per round, cumulative
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MethodResult":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def scores(self) -> list[float]:
+        return [float(o["score"]) for o in self.outcomes]
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def instructions_of(program: dspy.Module) -> dict[str, str]:
+    return {name: pred.signature.instructions for name, pred in program.named_predictors()}
+
+
+def with_instructions(program: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
+    """A copy of `program` whose named predictors carry the given instructions (for resuming)."""
+    program = program.deepcopy()
+    for name, pred in program.named_predictors():
+        if name in instructions:
+            pred.signature = pred.signature.with_instructions(instructions[name])
+    return program
+
+
+def accepted_kwargs(factory: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
+    """The subset of `kwargs` that `factory` accepts (optimizers differ in their knobs)."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
+def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> MethodResult:
+    """Run `program` on the evaluation set, filling outcomes, pass@1, its CI, VES and usage."""
+    from dspy_hero.tasks.evaluate import evaluate_program
+
+    metric = CountingMetric(ctx.task.metric)
+    meter = UsageMeter(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    start = time.perf_counter()
+    report = evaluate_program(program, ctx.test, metric, name=result.method, lm=ctx.task_lm, num_threads=ctx.threads)
+    result.wall_s_evaluation = time.perf_counter() - start
+    result.lm_evaluation = meter.stop()
+    result.rollouts_evaluation = metric.calls
+    result.outcomes = [
+        {"example_id": ctx.test[o.index].example_id, "score": o.score, "program": o.program, "error": o.error,
+         "feedback": (o.feedback or "")[:300]}
+        for o in report.outcomes
+    ]
+    scores = result.scores()
+    result.pass_at_1 = sum(s >= 1.0 for s in scores) / max(1, len(scores))
+    result.ci = bootstrap_mean([float(s >= 1.0) for s in scores], seed=ctx.seed).to_dict()
+    result.instructions = instructions_of(program) if not result.instructions else result.instructions
+    if ctx.task.language == "sql" and ctx.ves_repetitions > 0:
+        result.ves = sql_ves(ctx, result.outcomes)
+    return result
+
+
+def sql_ves(ctx: RunContext, outcomes: list[dict[str, Any]]) -> float | None:
+    try:
+        from dspy_hero.metrics.ves import ves
+    except ImportError:
+        return None
+    preds = [dspy.Prediction(sql=o["program"] or "") for o in outcomes]
+    try:
+        return float(ves(ctx.test, preds, repetitions=ctx.ves_repetitions).score)
+    except Exception as exc:  # noqa: BLE001 - VES is a supplement; its failure must not lose the run
+        log.warning("VES failed: %s", exc)
+        return None
+
+
+def hero_fix_break(detailed: Any) -> list[dict[str, Any]]:
+    """Cumulative fixes/breaks per round from HeroResult (adopted decisions, paper §6.1)."""
+    data = detailed.to_dict() if hasattr(detailed, "to_dict") else dict(detailed or {})
+    rows = []
+    for i, entry in enumerate(data.get("cumulative_fix_break") or []):
+        fixes = int(next((entry[k] for k in ("adopted_fixes", "fixes") if k in entry), 0))
+        breaks = int(next((entry[k] for k in ("adopted_breaks", "breaks") if k in entry), 0))
+        rows.append({"round": int(entry.get("round", i + 1)), "fixes": fixes, "breaks": breaks,
+                     "ratio": (fixes / breaks) if breaks else None, "metric_calls": entry.get("metric_calls")})
+    return rows
+
+
+def gepa_fix_break(detailed: Any) -> list[dict[str, Any]]:
+    """GEPA's analogue: each new candidate against its parent on the validation set, cumulative.
+
+    GEPA admits a candidate to its pool once it improves on a minibatch; comparing its full
+    validation scores with its parent's counts what that admission fixed and broke.
+    """
+    if detailed is None:
+        return []
+    rows, fixes, breaks = [], 0, 0
+    subs = detailed.val_subscores
+    for i in range(1, len(detailed.candidates)):
+        parents = [p for p in (detailed.parents[i] or []) if p is not None]
+        if not parents:
+            continue
+        child, parent = subs[i], subs[parents[0]]
+        keys = [k for k in child if k in parent]
+        f, b = fixes_and_breaks([parent[k] for k in keys], [child[k] for k in keys])
+        fixes, breaks = fixes + f, breaks + b
+        rows.append({"round": i, "fixes": fixes, "breaks": breaks, "ratio": (fixes / breaks) if breaks else None})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- runners
+
+def run_seed(ctx: RunContext, result: MethodResult) -> MethodResult:
+    program = ctx.task.make_program()
+    ctx.programs["seed"] = program
+    return evaluate(ctx, program, result)
+
+
+def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[CountingMetric], dspy.Module]) -> dspy.Module:
+    metric = CountingMetric(ctx.task.metric)
+    meter = UsageMeter(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    start = time.perf_counter()
+    with dspy.context(lm=ctx.task_lm):
+        optimized = compile_fn(metric)
+    result.wall_s_optimization = time.perf_counter() - start
+    result.lm_optimization = meter.stop()
+    result.rollouts_optimization = metric.calls
+    result.budget = ctx.budget
+    result.instructions = instructions_of(optimized)
+    return optimized
+
+
+def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
+    from dspy_hero.optimizer.hero import HeroOptimizer
+
+    log_dir = ctx.out_dir / "logs" / "hero_o"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def compile_fn(metric):
+        opt = HeroOptimizer(**accepted_kwargs(
+            HeroOptimizer, metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
+            num_threads=ctx.threads, seed=ctx.seed, log_dir=str(log_dir), group_key=ctx.task.group_key))
+        return opt.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val)
+
+    optimized = _optimize(ctx, result, compile_fn)
+    detailed = getattr(optimized, "detailed_results", None)
+    result.fix_break = hero_fix_break(detailed) if detailed is not None else []
+    if detailed is not None and hasattr(detailed, "to_dict"):
+        d = detailed.to_dict()
+        result.extras = {k: d.get(k) for k in ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio",
+                                                 "overall_fixes", "overall_breaks", "overall_fix_break_ratio",
+                                                 "tokens_per_optimization_call", "final_prompt_tokens",
+                                                 "total_metric_calls", "final_entry_id", "pools")}
+        result.extras["rounds_adopted"] = [r.get("adopted_candidate_id") for r in d.get("rounds", [])]
+    ctx.programs["hero_o"] = optimized
+    return evaluate(ctx, optimized, result)
+
+
+def run_gepa(ctx: RunContext, result: MethodResult) -> MethodResult:
+    log_dir = ctx.out_dir / "logs" / "gepa"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def compile_fn(metric):
+        gepa = dspy.GEPA(metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
+                         num_threads=ctx.threads, seed=ctx.seed, log_dir=str(log_dir), track_stats=True)
+        return gepa.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val)
+
+    optimized = _optimize(ctx, result, compile_fn)
+    detailed = getattr(optimized, "detailed_results", None)
+    result.fix_break = gepa_fix_break(detailed)
+    reflection_calls = result.lm_optimization.get("reflection", {}).get("calls", 0)
+    tokens = sum(result.lm_optimization.get("reflection", {}).get(k, 0) for k in ("input_tokens", "output_tokens"))
+    result.extras = {"candidates": len(detailed.candidates) if detailed else None,
+                     "tokens_per_optimization_call": tokens / reflection_calls if reflection_calls else None}
+    return evaluate(ctx, optimized, result)
+
+
+def mipro_plan(budget: int, valset_size: int, minibatch_size: int = 35, full_eval_steps: int = 5) -> dict[str, int]:
+    """Zero-shot MIPROv2 settings whose expected rollouts come closest to `budget` without exceeding it.
+
+    MIPROv2 evaluates the default program on the full valset, then each trial on a minibatch, plus a
+    full evaluation every `full_eval_steps` trials (its own accounting; the actual count is measured).
+    """
+    mb = max(1, min(minibatch_size, valset_size))
+    use_mb = mb < valset_size
+
+    def cost(trials: int) -> int:
+        if not use_mb:
+            return valset_size * (trials + 1)
+        return valset_size + trials * mb + (trials // full_eval_steps) * valset_size
+
+    trials = 1
+    while cost(trials + 1) <= budget and trials < 500:
+        trials += 1
+    return {"num_trials": trials, "minibatch_size": mb, "minibatch": int(use_mb), "expected_rollouts": cost(trials),
+            "num_candidates": max(2, min(10, trials // 2 or 1))}
+
+
+def run_mipro(ctx: RunContext, result: MethodResult) -> MethodResult:
+    plan = mipro_plan(ctx.budget, len(ctx.val))
+
+    def compile_fn(metric):
+        mipro = dspy.MIPROv2(metric=metric, prompt_model=ctx.reflection_lm, task_model=ctx.task_lm, auto=None,
+                             num_candidates=plan["num_candidates"], num_threads=ctx.threads, seed=ctx.seed,
+                             max_bootstrapped_demos=0, max_labeled_demos=0, verbose=False)
+        return mipro.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val,
+                             num_trials=plan["num_trials"], minibatch=bool(plan["minibatch"]),
+                             minibatch_size=plan["minibatch_size"])
+
+    optimized = _optimize(ctx, result, compile_fn)
+    result.extras = {"plan": plan, "setting": "zero-shot (instructions only), auto=None"}
+    return evaluate(ctx, optimized, result)
+
+
+def _hero_o_program(ctx: RunContext) -> dspy.Module:
+    if "hero_o" in ctx.programs:
+        return ctx.programs["hero_o"]
+    if "hero_o" not in ctx.instructions:
+        raise RuntimeError("HERO-O has not run (its optimized instructions are needed)")
+    return with_instructions(ctx.task.make_program(), ctx.instructions["hero_o"])
+
+
+def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
+    from dspy_hero.refine.module import HeroRefine
+
+    generator = _hero_o_program(ctx)
+    refiner = HeroRefine(**accepted_kwargs(HeroRefine, generator=generator, environment=ctx.task.environment_for,
+                                           demos=list(ctx.train) + list(ctx.val), budget=3, refiner_lm=ctx.task_lm))
+    result.instructions = instructions_of(generator)
+    evaluate(ctx, refiner, result)
+    usage = getattr(refiner, "usage", None)
+    if usage is not None and hasattr(usage, "snapshot"):
+        snap = usage.snapshot()
+        result.extras["refinement"] = snap if isinstance(snap, dict) else asdict(snap)
+    return result
+
+
+def _react(ctx: RunContext, result: MethodResult, generator: dspy.Module) -> MethodResult:
+    from dspy_hero.tasks.react_baseline import ReActRefine
+
+    module = ReActRefine(generator, ctx.task.environment_for, ctx.task.language, max_interactions=3)
+    result.instructions = instructions_of(generator)
+    evaluate(ctx, module, result)
+    result.extras["interactions_per_query"] = module.interactions / max(1, module.calls)
+    return result
+
+
+def run_react(ctx: RunContext, result: MethodResult) -> MethodResult:
+    return _react(ctx, result, ctx.task.make_program())
+
+
+def run_hero_o_react(ctx: RunContext, result: MethodResult) -> MethodResult:
+    return _react(ctx, result, _hero_o_program(ctx))
+
+
+RUNNERS: dict[str, Callable[[RunContext, MethodResult], MethodResult]] = {
+    "seed": run_seed,
+    "hero_o": run_hero_o,
+    "hero_o_t": run_hero_o_t,
+    "gepa": run_gepa,
+    "mipro": run_mipro,
+    "react": run_react,
+    "hero_o_react": run_hero_o_react,
+}
+
+
+def run_method(ctx: RunContext, method: str) -> MethodResult:
+    """Run one method; an exception is recorded in the result (status "failed"), never raised."""
+    result = MethodResult(method=method, label=LABELS[method])
+    try:
+        return RUNNERS[method](ctx, result)
+    except Exception as exc:  # noqa: BLE001 - one method's failure must not lose the others
+        log.exception("method %s failed", method)
+        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        return result

@@ -1,0 +1,202 @@
+"""The comparison harness in --simulate mode over a tiny Spider-layout fixture (real SQLite), its
+resume behaviour, its statistics, and the ReAct baseline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import dspy
+import pytest
+
+from dspy_hero.bench.accounting import CountingMetric, track_usage, usage_of
+from dspy_hero.bench.methods import METHODS, mipro_plan
+from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks, paired_bootstrap
+from dspy_hero.lm.scripted import engine_of, scripted_lm
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("compare", ROOT / "benchmarks" / "compare.py")
+compare = importlib.util.module_from_spec(spec)
+sys.modules["compare"] = compare
+spec.loader.exec_module(compare)
+
+QUESTIONS = [
+    ("How many items does store {db} stock?", "SELECT count(*) FROM items"),
+    ("List the item names of store {db} from cheapest to dearest.", "SELECT name FROM items ORDER BY price"),
+    ("For store {db}, count the items in each category id.", "SELECT cat_id, count(*) FROM items GROUP BY cat_id"),
+    ("Show every item of store {db} with its category label.",
+     "SELECT items.name, cats.label FROM items JOIN cats ON items.cat_id = cats.id"),
+    ("Which different prices occur in store {db}?", "SELECT DISTINCT price FROM items"),
+    ("Name the items of store {db} priced above its average.",
+     "SELECT name FROM items WHERE price > (SELECT avg(price) FROM items)"),
+    ("Give all item names sold by store {db}.", "SELECT name FROM items"),
+    ("What is the single most expensive item in store {db}?", "SELECT name FROM items ORDER BY price DESC LIMIT 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def spider_fixture(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("spider")
+    rows = []
+    for k, db in enumerate(["alpha", "bravo", "charlie", "delta"]):
+        path = root / "database" / db / f"{db}.sqlite"
+        path.parent.mkdir(parents=True)
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE cats (id INTEGER PRIMARY KEY, label TEXT)")
+        conn.execute("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, cat_id INTEGER)")
+        conn.executemany("INSERT INTO cats VALUES (?, ?)", [(1, "tools"), (2, "food"), (3, "toys")])
+        conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?)",
+                         [(i, f"{db}-item{i}", 1.5 * i + k, 1 + i % 3) for i in range(1, 8)])
+        conn.commit()
+        conn.close()
+        rows += [{"db_id": db, "question": q.format(db=db), "query": sql} for q, sql in QUESTIONS]
+    (root / "dev.json").write_text(json.dumps(rows))
+    return root
+
+
+def config(out: Path, data: Path, **kw) -> "compare.CompareConfig":
+    base = dict(task="spider", data=str(data), train_size=16, test_size=16, max_metric_calls=60, auto=None,
+                threads=2, seed=0, out=str(out), simulate=True, ves_repetitions=1)
+    base.update(kw)
+    return compare.CompareConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def sim_run(spider_fixture, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    data = compare.run_comparison(config(out, spider_fixture))
+    return out, data
+
+
+def test_simulate_writes_json_markdown_and_plots_for_every_method(sim_run):
+    out, data = sim_run
+    assert list(data["methods"]) == list(METHODS)
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["methods"]) == set(METHODS)
+    md = (out / "results.md").read_text()
+    for label in ("Seed prompt", "HERO-O", "HERO-O + HERO-T", "GEPA", "MIPROv2", "ReAct"):
+        assert label in md
+    for png in ("accuracy.png", "fix_break.png"):
+        assert (out / png).stat().st_size > 1000
+    meta = saved["meta"]
+    assert meta["budget"] == 60 and meta["split_note"].startswith("Spider dev.json")
+    assert not set(meta["train_ids"]) & set(meta["test_ids"]) and not set(meta["val_ids"]) & set(meta["test_ids"])
+    for name, res in saved["methods"].items():
+        if res["status"] != "done":
+            # an optional piece (another helper's module) may be missing; it must be recorded, not lost
+            assert res["error"], name
+            continue
+        assert [o["example_id"] for o in res["outcomes"]] == meta["test_ids"]
+        assert 0.0 <= res["pass_at_1"] <= 1.0 and res["ci"]["low"] <= res["pass_at_1"] <= res["ci"]["high"]
+        assert res["ves"] is not None
+    done = {m for m, r in saved["methods"].items() if r["status"] == "done"}
+    assert {"seed", "gepa", "mipro", "react"} <= done
+    assert saved["methods"]["mipro"]["rollouts_optimization"] > 0
+    assert saved["methods"]["gepa"]["lm_optimization"]["reflection"]["calls"] > 0
+    if "hero_o" in done:
+        hero = saved["methods"]["hero_o"]
+        assert 0 < hero["extras"]["total_metric_calls"] <= 60  # HERO-O never exceeds its budget
+        # the counted calls may add HERO-O's one preflight metric check (an empty prediction, no rollout)
+        assert hero["rollouts_optimization"] <= 61
+        assert hero["fix_break"] and all("fixes" in r for r in hero["fix_break"])
+        assert "vs_seed" in saved["summary"] and "hero_o" in saved["summary"]["vs_gepa"]
+
+
+def test_simulated_world_rewards_rules():
+    from dspy_hero.bench.simulate import SKILLS, SimulatedWorld
+
+    world = SimulatedWorld({"q count": "SELECT count(*) FROM t", "q plain": "SELECT a FROM t"}, hard_fraction=0.0)
+    assert world.answer("q plain", "") == "SELECT a FROM t"
+    assert world.answer("q count", "") != "SELECT count(*) FROM t"
+    assert world.answer("q count", SKILLS["count"][1]) == "SELECT count(*) FROM t"
+    assert world.answer("q plain", "Always end every query with LIMIT 1 to keep the answer short.").endswith("LIMIT 1")
+
+
+def test_resume_skips_completed_methods(sim_run, spider_fixture):
+    out, _ = sim_run
+    seed_path = out / "methods" / "seed.json"
+    seed = json.loads(seed_path.read_text())
+    seed["extras"]["marker"] = "kept"
+    seed_path.write_text(json.dumps(seed))
+    (out / "methods" / "react.json").unlink()
+    data = compare.run_comparison(config(out, spider_fixture, methods=["seed", "react"]))
+    assert data["methods"]["seed"]["extras"]["marker"] == "kept"  # reused, not re-run
+    assert (out / "methods" / "react.json").exists() and data["methods"]["react"]["status"] == "done"
+
+
+def test_resume_refuses_different_settings(sim_run, spider_fixture):
+    out, _ = sim_run
+    with pytest.raises(ValueError, match="different settings"):
+        compare.run_comparison(config(out, spider_fixture, seed=1, methods=["seed"]))
+
+
+def test_cli_parses_options(tmp_path):
+    cfg, verbose = compare.parse_args(["--task", "bigcodebench", "--stdlib-only", "--max-metric-calls", "90",
+                                       "--methods", "seed,gepa", "--out", str(tmp_path), "--lm", "openai/x"])
+    assert cfg.max_metric_calls == 90 and cfg.auto is None and cfg.methods == ["seed", "gepa"]
+    assert cfg.stdlib_only and cfg.lm == "openai/x" and not verbose and "--stdlib-only" in cfg.command
+    assert compare.ordered_methods(["hero_o_t"]) == ["hero_o", "hero_o_t"]
+    with pytest.raises(ValueError):
+        compare.ordered_methods(["nope"])
+
+
+def test_paired_bootstrap_and_fix_break():
+    iv = paired_bootstrap([1, 1, 1, 0], [0, 1, 1, 0], seed=0)
+    assert iv.estimate == pytest.approx(0.25) and iv.low >= 0.0 and iv.high <= 0.75
+    same = paired_bootstrap([1, 0, 1], [1, 0, 1])
+    assert same.low == same.high == 0.0
+    assert bootstrap_mean([1, 1, 0, 0]).estimate == 0.5
+    assert fixes_and_breaks([0, 1, 1, 0], [1, 0, 1, 0]) == (1, 1)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1], [1, 0])
+
+
+@pytest.mark.parametrize("budget,val", [(10, 5), (60, 8), (476, 24), (3000, 100), (200, 35)])
+def test_mipro_plan_stays_within_budget(budget, val):
+    plan = mipro_plan(budget, val)
+    assert plan["num_trials"] >= 1 and plan["minibatch_size"] <= val
+    assert plan["expected_rollouts"] <= max(budget, val * 2)
+
+
+def test_counting_metric_and_usage_history():
+    seen = []
+    metric = CountingMetric(lambda g, p, t=None, n=None, pt=None: seen.append(1) or 1.0)
+    metric(None, None)
+    metric(None, None, None, "x", None)
+    assert metric.calls == 2 and len(seen) == 2
+    lm = track_usage(scripted_lm(lambda r: {"answer": "ok"}))
+    with dspy.context(lm=lm, max_history_size=1):
+        for _ in range(3):
+            dspy.Predict("question -> answer")(question="q")
+    assert usage_of(lm).calls == 3 and len(lm.history) == 1 and usage_of(lm).input_tokens > 0
+
+
+def test_react_baseline_revises_from_execution_and_stops(spider_fixture):
+    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.tasks.react_baseline import ReActRefine
+    from dspy_hero.tasks.spider import load_spider
+
+    task = load_spider(data_dir=spider_fixture)
+    ex = task.test[0]
+
+    def script(req):
+        if "observation" in req.inputs:
+            assert "previous_program" in req.inputs and "db_path" not in req.inputs
+            return {"sql": ex.gold_sql if "Error" in req.inputs["observation"] else "SELECT 1"}
+        return {"sql": "SELEC broken"}
+
+    lm = scripted_lm(script)
+    module = ReActRefine(task.make_program(), lambda e: SQLiteEnvironment(e.db_path), "sql", max_interactions=3)
+    with dspy.context(lm=lm):
+        pred = module(**ex.inputs())
+    assert pred.sql == ex.gold_sql and len(pred.react_steps) == 2 and module.interactions == 2
+    assert task.metric(ex, pred).score == 1.0
+    assert engine_of(lm).call_count == 2
+
+    stubborn = scripted_lm(lambda req: {"sql": "SELEC still broken"})
+    with dspy.context(lm=stubborn):
+        pred = module(**ex.inputs())
+    assert len(pred.react_steps) == 3 and pred.sql == "SELEC still broken"  # no gate: last revision submitted
