@@ -103,3 +103,32 @@ COUNT_RULE = "Use COUNT(*) whenever the question asks how many rows there are."
 SUM_RULE = "Use SUM(column) whenever the question asks for a total amount."
 LIMIT_RULE = "Always add LIMIT 1 and use COUNT(*) to keep results small."
 NOOP_RULE = "Write clear and readable SQL with consistent keyword casing."
+
+
+def kind_reflection_lm() -> dspy.LM:
+    """A reflection LM that is a pure function of its request (needed where runs resume in a new
+    process): it names the failing kinds in the gradient and proposes rules for the first one."""
+
+    def script(req: ScriptedRequest):
+        if "evidence" in req.inputs:
+            ev = req.inputs["evidence"]
+            blocks = re.findall(r"### Case (F\d+) [^\n]*\nInputs:\n  question: ([^\n]*)", ev)
+            count = [c for c, q in blocks if q.startswith("How many")]
+            total = [c for c, q in blocks if q.startswith("What is the total")]
+            lines = []
+            if count:
+                lines.append(f"- counting questions are answered without COUNT ({', '.join(count[:3])})")
+            if total:
+                lines.append(f"- totals are answered without SUM ({', '.join(total[:3])})")
+            return {"preserve": "- listing questions select all rows (P1)", "revise": "\n".join(lines) or "- none"}
+        revise = req.inputs.get("revise", "")
+        cites = re.findall(r"\((F[\d, F]+)\)", revise)
+        if "COUNT" in revise and "count" not in req.inputs.get("current_rules", "").lower():
+            c = cites[0]
+            return {"edits": f"1. ADD: {NOOP_RULE} ({c})\n2. ADD: {LIMIT_RULE} ({c})\n3. ADD: {COUNT_RULE} ({c})"}
+        if "SUM" in revise:
+            c = cites[-1]
+            return {"edits": f"- ADD: {NOOP_RULE} ({c})\n- ADD: {SUM_RULE} ({c})"}
+        return {"edits": "(nothing to change)"}
+
+    return scripted_lm(script, name="toy-reflect-pure")

@@ -145,3 +145,46 @@ class Journal:
         with self._lock:
             if not self._file.closed:
                 self._file.close()
+
+
+def journaled_lm(inner: Any, journal: "Journal", prefix: str) -> Any:
+    """`inner` (the reflection LM) with each call's outputs journaled under keys starting with `prefix`.
+
+    Keyed by a hash of the request (messages + call kwargs), so a resumed run re-reads a completed
+    reflection call even when the run was killed between the two calls of one proposal. It is a
+    `dspy.BaseLM` (DSPy's predictors require one) that delegates everything else to `inner`.
+    """
+    import dspy
+    from dspy.clients.base_lm import BaseLM
+
+    from dspy_hero.optimizer.rollout import UsageMeter
+
+    class _Journaled(BaseLM):
+        def __init__(self) -> None:  # no BaseLM.__init__: every other attribute comes from `inner`
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.__dict__["_inner"], name)
+
+        supported_params = property(lambda self: self._inner.supported_params)
+        supports_decision_requests = property(lambda self: getattr(self._inner, "supports_decision_requests", False))
+        supports_function_calling = property(lambda self: self._inner.supports_function_calling)
+        supports_reasoning = property(lambda self: self._inner.supports_reasoning)
+        supports_response_schema = property(lambda self: self._inner.supports_response_schema)
+
+        def __call__(self, prompt=None, messages=None, **kwargs):
+            key = prefix + fingerprint({"prompt": prompt, "messages": messages, "kwargs": kwargs})[:24]
+            outer = dspy.settings.usage_tracker
+            rec = journal.replay_reflection(key)
+            if rec is None:
+                meter = UsageMeter()
+                with dspy.context(usage_tracker=meter):
+                    outputs = self._inner(prompt, messages=messages, **kwargs)
+                rec = {"outputs": json.loads(json.dumps(outputs, default=str)),
+                       "usage": [meter.calls, meter.input_tokens, meter.output_tokens]}
+                journal.record_reflection(key, rec)
+            if isinstance(outer, UsageMeter):
+                outer.add(*rec["usage"])
+            return rec["outputs"]
+
+    return _Journaled()

@@ -22,7 +22,7 @@ from dspy_hero.lm.scripted import approx_tokens
 from dspy_hero.optimizer.acceptance import AdaptivePairedAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, plan_round, resolve_budget
-from dspy_hero.optimizer.checkpoint import Journal, fingerprint
+from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer, build_cases
 from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.instructions import PromptState, apply_edit, instructions_key, parse_instructions
@@ -438,7 +438,8 @@ class _Run:
             proposal = Proposal.from_dict(recorded)
         else:
             meter = UsageMeter()
-            with dspy.context(lm=self.reflection_lm, usage_tracker=meter):
+            lm = journaled_lm(self.reflection_lm, self.journal, key + ":") if self.journal else self.reflection_lm
+            with dspy.context(lm=lm, usage_tracker=meter):
                 try:
                     proposal = self.proposer.propose(ctx)
                 except Exception as exc:  # a custom proposer failing must not end the run
