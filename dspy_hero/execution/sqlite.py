@@ -23,7 +23,6 @@ memory stays bounded by the length limit); the timeout then fires at the next VM
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import re
@@ -124,70 +123,84 @@ def _is_junk(text: str) -> bool:
 
 
 def _is_empty(sql: str) -> bool:
+    head = sql.lstrip()[:1]
+    if head.isalnum() or head == "(":
+        return False  # the common case, without the regex
     return _is_junk(sql)
 
 
 class _Watchdog:
     """One daemon thread interrupting connections whose deadline has passed.
 
-    Shared by all executors so that a query costs a heap push, not a thread start. It sleeps until
-    the earliest deadline, and exits after a minute with nothing to watch (restarted on demand).
+    Shared by all executors so that a query costs two dict operations, not a thread start. While
+    queries are in flight the thread polls every `POLL_S` (it is a backstop: the progress handler
+    is the precise timeout); with nothing to watch it sleeps, and after a minute idle it exits
+    (restarted on demand). Registration takes no lock: dict operations are atomic in CPython, and
+    the thread announces that it is going to sleep *before* its last look, so a query registered
+    meanwhile either is seen by that look or sees the "sleeping" state and wakes the thread.
     """
 
-    _IDLE_EXIT_S = 60.0
+    POLL_S = 0.05
+    IDLE_EXIT_S = 60.0
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int]] = []
-        self._live: dict[int, sqlite3.Connection] = {}
+        self._live: dict[int, tuple[float, sqlite3.Connection]] = {}
         self._ids = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._wake_at = float("inf")
+        self._cond = threading.Condition(threading.Lock())
+        self._state = "stopped"  # "stopped" | "sleeping" | "polling"
 
     def watch(self, conn: sqlite3.Connection, deadline: float) -> int:
-        with self._cond:
-            token = next(self._ids)
-            self._live[token] = conn
-            heapq.heappush(self._heap, (deadline, token))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="dspy-hero-sqlite-watchdog", daemon=True)
-                self._thread.start()
-            elif deadline < self._wake_at:
-                self._cond.notify()
-            return token
+        token = next(self._ids)
+        self._live[token] = (deadline, conn)
+        if self._state != "polling":
+            self._wake()
+        return token
 
     def unwatch(self, token: int) -> None:
+        self._live.pop(token, None)
+
+    def _wake(self) -> None:
         with self._cond:
-            self._live.pop(token, None)
-            while self._heap and self._heap[0][1] not in self._live:
-                heapq.heappop(self._heap)  # finished queries leave the heap without waking the thread
+            if self._state == "stopped":
+                self._state = "polling"
+                threading.Thread(target=self._loop, name="dspy-hero-sqlite-watchdog", daemon=True).start()
+            elif self._state == "sleeping":
+                self._state = "polling"
+                self._cond.notify()
 
     def _loop(self) -> None:
-        idle_since = time.monotonic()
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._heap and (self._heap[0][0] <= now or self._heap[0][1] not in self._live):
-                    _, token = heapq.heappop(self._heap)
-                    conn = self._live.pop(token, None)
-                    if conn is not None:
-                        try:
-                            conn.interrupt()
-                        except Exception:  # closed in the meantime: nothing to stop
-                            pass
-                if self._heap:
-                    idle_since = now
-                    self._wake_at = self._heap[0][0]
-                elif now - idle_since > self._IDLE_EXIT_S:
-                    self._thread = None
-                    self._wake_at = float("inf")
-                    return
-                else:
-                    self._wake_at = now + self._IDLE_EXIT_S
-                self._cond.wait(max(0.0, self._wake_at - now))
+        while True:
+            if not self._live:
+                with self._cond:
+                    self._state = "sleeping"
+                    if not self._live:  # the last look, after announcing sleep
+                        self._cond.wait(self.IDLE_EXIT_S)
+                        if self._state == "sleeping" and not self._live:
+                            self._state = "stopped"
+                            return
+                    self._state = "polling"
+                continue
+            now = time.monotonic()
+            for token, (deadline, conn) in list(self._live.items()):
+                # whoever pops the token first owns it: the query's own unwatch, or this interrupt
+                if deadline <= now and self._live.pop(token, None) is not None:
+                    try:
+                        conn.interrupt()
+                    except Exception:  # closed in the meantime: nothing to stop
+                        pass
+            time.sleep(self.POLL_S)
 
 
 _WATCHDOG = _Watchdog()
+
+
+def _reset_watchdog_in_child() -> None:
+    global _WATCHDOG
+    _WATCHDOG = _Watchdog()  # a forked child has no watchdog thread, whatever the parent had
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_watchdog_in_child)
 
 
 def _classify(message: str) -> str:
@@ -284,14 +297,17 @@ class SQLiteSession:
                     )
                 cur = conn.execute(head)
             description = cur.description
-            rows = cur.fetchmany(ex.max_rows + 1) if description is not None else []
-            truncated = len(rows) > ex.max_rows
+            if description is None:
+                return Execution(ok=True, rows=(), columns=(), runtime_s=time.perf_counter() - start)
+            cap = ex.max_rows
+            rows = cur.fetchmany(cap + 1)
+            truncated = len(rows) > cap
             if truncated:
-                del rows[ex.max_rows :]
+                del rows[cap:]
             return Execution(
                 ok=True,
                 rows=tuple(rows),
-                columns=tuple(d[0] for d in description) if description is not None else (),
+                columns=tuple([d[0] for d in description]),
                 runtime_s=time.perf_counter() - start,
                 truncated=truncated,
             )
@@ -350,8 +366,6 @@ class SQLiteExecutor:
         """Execute one query on a fresh connection; never raises for anything the query does."""
         if not isinstance(sql, str) or _is_empty(sql):
             return failed(EMPTY_PROGRAM, "the program is empty")
-        if not self.exists():
-            return failed(ENVIRONMENT, f"database file not found: {self.db_path}")
         result = self._run(sql, lossy_text=False)
         if not result.ok and result.error_type == RUNTIME and "could not decode" in (result.error_message or "").lower():
             result = self._run(sql, lossy_text=True)  # text that is not UTF-8: decode with replacement
@@ -361,6 +375,9 @@ class SQLiteExecutor:
         try:
             session = SQLiteSession(self, lossy_text)
         except sqlite3.Error as exc:
+            # checked here, not before every run: a stat per query is measurable overhead
+            if not self.exists():
+                return failed(ENVIRONMENT, f"database file not found: {self.db_path}")
             return failed(ENVIRONMENT, f"cannot open database {self.db_path}: {exc}")
         try:
             return session.run(sql)
