@@ -8,7 +8,8 @@ Prints three measurements (issue 2's targets in brackets):
   time per query and side is kept (load spikes only ever add time), and the ratio is of their sums.
   [≤ 1.10×]
 * Python sandbox: median wall ms of ``PythonSandbox.run("pass")`` minus that of a bare
-  ``python -c pass`` with the same interpreter. [≤ 40 ms added per run]
+  ``python -I -S -c pass`` with the same interpreter and flags the sandbox uses (plain
+  ``python -c pass`` is printed too). [≤ 40 ms added per run]
 * FalkorDB: median latency of read queries through ``FalkorDBExecutor`` on a small graph.
 
 Sections whose executor is not importable are skipped with a message. Usage::
@@ -149,11 +150,15 @@ def measure_sandbox(runs: int) -> dict:
     first = sandbox.run("pass")
     if not first.ok:
         return {"skipped": f"the sandbox cannot run 'pass' here: {first.describe()}", "layer": layer}
-    bare, boxed = [], []
+    bare, minimal, boxed = [], [], []
     for _ in range(runs):
         start = time.perf_counter()
         subprocess.run([interpreter, "-c", "pass"], check=True, stdin=subprocess.DEVNULL)
         bare.append(time.perf_counter() - start)
+        # the sandbox starts its interpreter with -I -S, so this is the like-for-like baseline
+        start = time.perf_counter()
+        subprocess.run([interpreter, "-I", "-S", "-c", "pass"], check=True, stdin=subprocess.DEVNULL)
+        minimal.append(time.perf_counter() - start)
         start = time.perf_counter()
         result = sandbox.run("pass")
         boxed.append(time.perf_counter() - start)
@@ -164,8 +169,10 @@ def measure_sandbox(runs: int) -> dict:
         "interpreter": interpreter,
         "runs": runs,
         "bare_interpreter_ms_median": 1e3 * statistics.median(bare),
+        "bare_interpreter_no_site_ms_median": 1e3 * statistics.median(minimal),
         "sandbox_ms_median": 1e3 * statistics.median(boxed),
-        "added_ms_median": 1e3 * (statistics.median(boxed) - statistics.median(bare)),
+        "added_ms_median": 1e3 * (statistics.median(boxed) - statistics.median(minimal)),
+        "added_over_default_start_ms_median": 1e3 * (statistics.median(boxed) - statistics.median(bare)),
         "target_added_ms": 40.0,
     }
 
@@ -246,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "meets" if box["added_ms_median"] <= box["target_added_ms"] else "MISSES"
             print(
                 f"Python sandbox start-up ({box['layer']} layer, {box['runs']} runs): {box['sandbox_ms_median']:.1f} ms "
-                f"median vs bare interpreter {box['bare_interpreter_ms_median']:.1f} ms -> "
-                f"{box['added_ms_median']:.1f} ms added; {verdict} the <= {box['target_added_ms']:.0f} ms target"
+                f"median vs bare interpreter {box['bare_interpreter_no_site_ms_median']:.1f} ms with the sandbox's "
+                f"-I -S flags ({box['bare_interpreter_ms_median']:.1f} ms plain) -> {box['added_ms_median']:.1f} ms "
+                f"added; {verdict} the <= {box['target_added_ms']:.0f} ms target"
             )
     if "falkordb" not in args.skip:
         fk = results["falkordb"] = measure_falkordb(args.falkordb_repeats)
