@@ -33,6 +33,22 @@ class UserError(Exception):
 
 # -- shared helpers -------------------------------------------------------------------------------
 
+def resolve_lms(spec: str, reflection_spec: Optional[str], task) -> tuple[Any, Any]:
+    """(task LM, reflection LM). 'simulated' gives the scripted simulation pair (seconds, no model):
+    an LM whose SQL is right only when the instructions carry the needed rule, and a reflector that
+    proposes such rules (and a tempting harmful one) — it exercises HERO's mechanics, not a model."""
+    if spec == "simulated":
+        if task.language != "sql":
+            raise UserError("--lm simulated supports the SQL tasks only")
+        from dspy_hero.bench.simulate import simulated_lms
+
+        task_lm, reflection, _ = simulated_lms(task.train + task.test)
+        return task_lm, reflection
+    lm = resolve_lm(spec)
+    check_lm(lm)
+    return lm, (resolve_lm(reflection_spec) if reflection_spec else lm)
+
+
 def resolve_lm(spec: str, *, size_default: str = "1.5b"):
     """'local', 'local:0.5b', 'local:/path/model.gguf' or any litellm model string -> dspy.LM."""
     import dspy
@@ -112,7 +128,7 @@ def _run(fn, *args, **kwargs) -> Any:
 @app.command()
 def demo(
     out: Path = typer.Option(Path("hero_runs/demo"), help="Run directory (re-run to resume)."),
-    lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b' or a litellm model string."),
+    lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b', 'simulated' or a litellm model string."),
     reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
     max_metric_calls: int = typer.Option(48, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
     rounds: int = typer.Option(2, help="HERO-O rounds."),
@@ -134,9 +150,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
                   f"questions ({task.split_note})")
     console.print(f"starting the task LM ({lm_spec}) ...")
-    lm = resolve_lm(lm_spec)
-    check_lm(lm)
-    reflection = resolve_lm(reflection_spec) if reflection_spec else lm
+    lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
                        threads=threads, seed=seed, test_limit=test_limit)
     with progress_bars() as make:
@@ -175,9 +189,7 @@ def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls,
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise UserError(f"--auto must be light, medium or heavy, not {auto!r}")
     task = load_task_or_fail(task_name, data)
-    lm = resolve_lm(lm_spec)
-    check_lm(lm)
-    reflection = resolve_lm(reflection_spec) if reflection_spec else lm
+    lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, auto=auto, max_metric_calls=max_metric_calls, num_rounds=rounds,
                        num_candidates=candidates, threads=threads, seed=seed, log_dir=log_dir)
     StagedRun(task, lm, reflection, config).optimize()
@@ -209,8 +221,7 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     task = load_task_or_fail(task_name, data)
     if program_path is not None and not program_path.exists():
         raise UserError(f"program file {str(program_path)!r} does not exist")
-    lm = resolve_lm(lm_spec)
-    check_lm(lm)
+    lm, _ = resolve_lms(lm_spec, None, task)
     program = task.make_program()
     if program_path is not None:
         program.load(str(program_path))
