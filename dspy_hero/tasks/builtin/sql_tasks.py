@@ -163,8 +163,8 @@ QUESTIONS: tuple[tuple[str, str, str], ...] = (
      "JOIN doctors d ON a.doctor_id = d.doctor_id WHERE a.status = 'scheduled' AND a.appointment_date > '2025-06-20' "
      "ORDER BY a.appointment_date"),
     # --- retail --------------------------------------------------------------------------------
-    ("retail", "How many products are in the Kitchen category?",
-     "SELECT COUNT(*) FROM products p JOIN categories c ON p.category_id = c.category_id WHERE c.name = 'Kitchen'"),
+    ("retail", "How many products are in the Electronics category?",
+     "SELECT COUNT(*) FROM products p JOIN categories c ON p.category_id = c.category_id WHERE c.name = 'Electronics'"),
     ("retail", "How many units of Wireless Earbuds have been sold in total?",
      "SELECT SUM(oi.quantity) FROM order_items oi JOIN products p ON oi.product_id = p.product_id "
      "WHERE p.name = 'Wireless Earbuds'"),
