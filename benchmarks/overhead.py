@@ -21,7 +21,6 @@ from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.hero import HeroOptimizer
 from dspy_hero.tasks.programs import GenerateProgram
 
-
 KINDS = {  # question template, gold template, the word a rule must contain for a correct answer
     "count": ("How many rows are in table {t}?", "SELECT COUNT(*) FROM {t}", "count"),
     "sum": ("What is the total amount in table {t}?", "SELECT SUM(amount) FROM {t}", "sum("),

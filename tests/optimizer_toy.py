@@ -5,7 +5,7 @@ can then be checked exactly. Shared by tests/test_optimizer_*.py (not a test mod
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import dspy
 

@@ -9,15 +9,23 @@ import dspy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from optimizer_toy import (
+    COUNT_RULE,
+    LIMIT_RULE,
+    NOOP_RULE,
+    SUM_RULE,
+    feedback_metric,
+    float_metric,
+    make_examples,
+    program,
+    reflection_lm,
+    task_lm,
+)
 
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.hero import HeroOptimizer
 from dspy_hero.optimizer.rollout import MetricError
 from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
-from optimizer_toy import (
-    COUNT_RULE, LIMIT_RULE, NOOP_RULE, SUM_RULE, feedback_metric, float_metric, make_examples, program,
-    reflection_lm, task_lm,
-)
 
 SEED = SEED_INSTRUCTIONS["sql"]
 
@@ -166,9 +174,8 @@ def test_bad_input_fails_before_any_budget_is_spent():
         with pytest.raises(ValueError, match="at most one"):
             HeroOptimizer(feedback_metric, auto="light", max_metric_calls=5)
     assert engine_of(tl).call_count == 0 and engine_of(rl).call_count == 0
-    with pytest.raises(ValueError, match="no task LM"):
-        with dspy.context(lm=None):
-            opt.compile(program(), make_examples(10))
+    with pytest.raises(ValueError, match="no task LM"), dspy.context(lm=None):
+        opt.compile(program(), make_examples(10))
 
 
 def test_metric_scoring_out_of_range_mid_run_is_a_clear_error():
@@ -270,3 +277,42 @@ def test_budget_is_never_exceeded(budget, threads):
     assert res.total_metric_calls <= budget
     assert engine_of(tl).call_count <= budget  # one task-LM call per rollout: the ground truth
     assert engine_of(tl).call_count == res.total_metric_calls
+
+
+def test_gepa_only_arguments_are_accepted_and_warned_once(caplog):
+    with caplog.at_level(logging.WARNING, logger="dspy_hero.optimizer"):
+        opt = HeroOptimizer(feedback_metric, auto="light", reflection_lm=reflection_lm([]), use_merge=True,
+                            reflection_minibatch_size=3, candidate_selection_strategy="pareto", track_stats=True,
+                            skip_perfect_score=True, gepa_kwargs={"x": 1}, num_threads=2, seed=1, log_dir=None)
+    warned = [r for r in caplog.records if "no HERO-O meaning" in r.getMessage()]
+    assert len(warned) == 1 and "use_merge" in warned[0].getMessage() and "gepa_kwargs" in warned[0].getMessage()
+    assert opt.get_params()["auto"] == "light" and opt.ignored_gepa_args[0] == "candidate_selection_strategy"
+    import dspy_hero
+
+    assert dspy_hero.HeroOptimizer is HeroOptimizer
+
+
+def test_gepa_style_instruction_proposer_gives_guarded_full_text_candidates():
+    calls = []
+
+    def proposal_fn(candidate, reflective_dataset, components_to_update):
+        calls.append((dict(candidate), components_to_update, len(reflective_dataset["generate"])))
+        return {"generate": SEED + " Use COUNT(*) whenever the question asks how many rows there are."}
+
+    out, res, _, rl = run(make_examples(60), None, instruction_proposer=proposal_fn, num_rounds=1)
+    assert calls and calls[0][1] == ["generate"] and calls[0][2] > 0
+    cand = res.rounds[0].candidates[0]
+    assert cand.kind == "text" and cand.guard_allowed and cand.status == "adopted"
+    assert out.generate.signature.instructions.endswith("how many rows there are.")
+    assert engine_of(rl).call_count == 0  # the proposer did not use the reflection LM
+
+
+def test_use_mlflow_without_mlflow_installed_still_runs(caplog):
+    try:
+        import mlflow  # noqa: F401
+        pytest.skip("mlflow is installed; this checks the fallback")
+    except ImportError:
+        pass
+    with caplog.at_level(logging.WARNING, logger="dspy_hero.optimizer"):
+        out, res, _, _ = run(make_examples(30), [[COUNT_RULE]], num_rounds=1, use_mlflow=True)
+    assert "mlflow is not installed" in caplog.text and res.rounds

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import dspy
 import pytest
+from optimizer_toy import answer_for, feedback_metric, make_examples, program
 
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.checkpoint import CheckpointError
 from dspy_hero.optimizer.hero import HeroOptimizer
-from optimizer_toy import answer_for, feedback_metric, make_examples, program
 
 TESTS = Path(__file__).resolve().parent
 
@@ -190,7 +190,8 @@ def test_sigkill_at_random_points_then_resume(tmp_path, reference):
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
-    done = subprocess.run([sys.executable, str(script), str(log_dir)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script), str(log_dir)], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     final = done.stdout.split("FINAL ", 1)[1].strip()
     assert final == repr(ref.generate.signature.instructions)

@@ -61,6 +61,11 @@ def reflect(req):
     return {"edits": f"1. ADD: {RULE} ({cite})\n2. ADD: Order rows by name when listing them. ({cite})"}
 
 
+def digest(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def accuracy(prog, data, lm):
     metric = sql_execution_metric()
     with dspy.context(lm=lm):
@@ -70,7 +75,7 @@ def accuracy(prog, data, lm):
 def test_hero_o_on_real_sqlite(tmp_path):
     data = examples(tmp_path)
     train, test = [e for e in data if e.db_id != "db7"], [e for e in data if e.db_id == "db7"]
-    before = {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in {e.db_path for e in data}}
+    before = {p: digest(p) for p in {e.db_path for e in data}}
     tl, rl = scripted_lm(task), scripted_lm(reflect)
     student = GenerateProgram("sql", ["question", "db_schema"])
     with dspy.context(lm=tl):
@@ -79,7 +84,7 @@ def test_hero_o_on_real_sqlite(tmp_path):
     instr = out.generate.signature.instructions
     assert instr.startswith(SEED_INSTRUCTIONS["sql"]) and RULE in instr
     assert res.total_metric_calls <= res.budget and engine_of(tl).call_count == res.total_metric_calls
-    first = [c for c in res.rounds[0].candidates if RULE in c.instructions][0]
+    first = next(c for c in res.rounds[0].candidates if RULE in c.instructions)
     assert first.decision.accepted and first.decision.breaks == 0
     assert accuracy(out, test, tl) == 1.0 > accuracy(student, test, tl) == 0.5
     # grouped pools: no database spans two pools
@@ -87,4 +92,4 @@ def test_hero_o_on_real_sqlite(tmp_path):
     pools = [{dbs[i] for i in res.pools[k]} for k in ("diagnosis", "update", "selection")]
     assert all(pools) and not res.pools["selection_reuses_update"]
     assert not (pools[0] & pools[1]) and not (pools[1] & pools[2]) and not (pools[0] & pools[2])
-    assert before == {p: hashlib.sha256(open(p, "rb").read()).hexdigest() for p in before}
+    assert before == {p: digest(p) for p in before}

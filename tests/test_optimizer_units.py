@@ -14,7 +14,12 @@ from dspy_hero.optimizer.budget import Budget, gepa_auto_budget, plan_round, res
 from dspy_hero.optimizer.evidence import Case, DefaultEvidenceRenderer
 from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.instructions import (
-    RULES_HEADER, PromptState, RuleEdit, apply_edit, parse_instructions, render_instructions,
+    RULES_HEADER,
+    PromptState,
+    RuleEdit,
+    apply_edit,
+    parse_instructions,
+    render_instructions,
 )
 from dspy_hero.optimizer.pools import DefaultPoolSplitter
 from dspy_hero.optimizer.reflection import parse_edits
@@ -61,10 +66,10 @@ def test_auto_budget_equals_dspy_gepa(auto, n_train, n_val, monkeypatch):
         raise Stop
 
     monkeypatch.setattr(gepa, "optimize", fake_optimize)
-    ex = lambda i: dspy.Example(question=f"q{i}", gold_sql="SELECT 1").with_inputs("question")  # noqa: E731
+    ex = lambda i: dspy.Example(question=f"q{i}", gold_sql="SELECT 1").with_inputs("question")
     train = [ex(i) for i in range(n_train)]
     val = [ex(i) for i in range(n_val)] if n_val else None
-    metric = lambda g, p, t=None, pn=None, pt=None: 0.0  # noqa: E731
+    metric = lambda g, p, t=None, pn=None, pt=None: 0.0
     g = dspy.GEPA(metric, auto=auto, reflection_lm=dspy.LM("openai/none"))
     with pytest.raises(Stop):
         g.compile(GenerateProgram("sql", ["question"]), trainset=train, valset=val)
@@ -155,7 +160,7 @@ def test_evidence_renderer_balances_and_respects_token_budget():
     f = [c for c in shown if c.startswith("F")]
     p = [c for c in shown if c.startswith("P")]
     assert f and p and abs(len(f) - len(p)) <= 1 and shown[:2] == ["F1", "P1"]
-    full, shown_all = DefaultEvidenceRenderer(token_budget=10**6).render(cases)
+    _, shown_all = DefaultEvidenceRenderer(token_budget=10**6).render(cases)
     assert len(shown_all) == 64
     long = [_case("F1", False, "word " * 1000)]
     text, _ = DefaultEvidenceRenderer(max_field_chars=100).render(long)
@@ -255,7 +260,7 @@ def test_paired_bounds_contain_the_adjusted_mean(ds, alpha):
 def test_selector_picks_best_and_breaks_ties_by_length():
     entries = [ArchiveEntry("seed", 0, {"p": "s"}, 10), ArchiveEntry("a", 1, {"p": "a"}, 20), ArchiveEntry("b", 2, {"p": "b"}, 30)]
     quality = {0: 0.2, 1: 0.9, 2: 0.5}
-    scores = lambda i, ids: {x: float((int(x[1:]) % 10) < quality[i] * 10) for x in ids}  # noqa: E731
+    scores = lambda i, ids: {x: float((int(x[1:]) % 10) < quality[i] * 10) for x in ids}
     out = AdaptiveSelector(chunk=8).select(entries, [f"s{i}" for i in range(40)], scores)
     assert out.winner == 1 and entries[1].selected
     tie = [ArchiveEntry("seed", 0, {"p": "s"}, 10), ArchiveEntry("a", 1, {"p": "a"}, 20)]

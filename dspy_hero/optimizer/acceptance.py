@@ -18,9 +18,10 @@ still lets a clear candidate (e.g. 8 fixes of 8) be decided after the first 8 ex
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 PairScores = Callable[[list[str]], dict[str, tuple[float, float]]]
 

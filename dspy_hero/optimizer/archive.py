@@ -8,8 +8,9 @@ tokens), then to the earlier entry, so the seed wins unless something beats it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from dspy_hero.optimizer.acceptance import paired_bounds
 

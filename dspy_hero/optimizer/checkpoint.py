@@ -147,7 +147,7 @@ class Journal:
                 self._file.close()
 
 
-def journaled_lm(inner: Any, journal: "Journal", prefix: str) -> Any:
+def journaled_lm(inner: Any, journal: Journal, prefix: str) -> Any:
     """`inner` (the reflection LM) with each call's outputs journaled under keys starting with `prefix`.
 
     Keyed by a hash of the request (messages + call kwargs), so a resumed run re-reads a completed

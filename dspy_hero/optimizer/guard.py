@@ -69,7 +69,7 @@ class MemorizationGuard:
                 for name, value in sources.items():
                     shared = added_grams & _ngrams(_tokens(value), self.max_copied_tokens)
                     if shared:
-                        span = " ".join(sorted(shared)[0])
+                        span = " ".join(min(shared))
                         return GuardVerdict(
                             False, f"copies {self.max_copied_tokens}+ tokens from {name!r} of case {case.case_id}: {span!r}"
                         )

@@ -94,7 +94,7 @@ class DefaultPoolSplitter:
             )
         return Pools(diag, update, sel, reuse, bool(val), self.group_key, notes)
 
-    def _groups(self, train: list[tuple[str, Any]], notes: list[str]) -> "OrderedDict[Any, list[str]]":
+    def _groups(self, train: list[tuple[str, Any]], notes: list[str]) -> OrderedDict[Any, list[str]]:
         groups: OrderedDict[Any, list[str]] = OrderedDict()
         if self.group_key:
             missing = [i for i, ex in train if get_field(ex, self.group_key) is None]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import dspy
 
@@ -102,7 +103,7 @@ class Proposal:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Proposal":
+    def from_dict(cls, data: dict[str, Any]) -> Proposal:
         data = dict(data)
         data["edits"] = [ProposedEdit(**e) for e in data.get("edits", [])]
         return cls(**data)
@@ -152,14 +153,14 @@ def _call(predictor: dspy.Predict, fields: tuple[str, ...], **inputs) -> dict[st
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d+\s*[.):]|\(\d+\)|#+)\s*")
-_ADD = re.compile(r"^(?:add|append|new|insert)(?:\s+(?:a\s+)?rule)?\s*[:\-–]?\s*(.*)$", re.I)
+_ADD = re.compile(r"^(?:add|append|new|insert)(?:\s+(?:a\s+)?rule)?\s*[:\-–]?\s*(.*)$", re.IGNORECASE)
 _REPLACE = re.compile(
-    r"^(?:replace|modify|update|change|revise|rewrite)(?:\s+rule)?\s*#?\s*(\d+)\s*(?:with|by|to)?\s*[:\-–]?\s*(.*)$", re.I
+    r"^(?:replace|modify|update|change|revise|rewrite)(?:\s+rule)?\s*#?\s*(\d+)\s*(?:with|by|to)?\s*[:\-–]?\s*(.*)$", re.IGNORECASE
 )
-_DELETE = re.compile(r"^(?:delete|remove|drop)(?:\s+rule)?\s*#?\s*(\d+)\b\s*(.*)$", re.I)
+_DELETE = re.compile(r"^(?:delete|remove|drop)(?:\s+rule)?\s*#?\s*(\d+)\b\s*(.*)$", re.IGNORECASE)
 _CITE = re.compile(r"\b([FP])(\d{1,3})\b")
 _CITE_GROUP = re.compile(r"[\(\[][^\)\]]*\b[FP]\d{1,3}\b[^\)\]]*[\)\]]")
-_TRAIL_CITE = re.compile(r"(?:[-–—,;:]\s*)?(?:cases?|cites?|fixes|see|addresses)?\s*:?\s*[FP]\d{1,3}(?:\s*(?:,|and|&|/)\s*[FP]\d{1,3})*\s*\.?\s*$", re.I)
+_TRAIL_CITE = re.compile(r"(?:[-–—,;:]\s*)?(?:cases?|cites?|fixes|see|addresses)?\s*:?\s*[FP]\d{1,3}(?:\s*(?:,|and|&|/)\s*[FP]\d{1,3})*\s*\.?\s*$", re.IGNORECASE)
 
 
 def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
@@ -182,7 +183,7 @@ def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
 
 def _json_items(text: str) -> list[Any] | None:
     s = str(text or "").strip()
-    m = re.search(r"(\[.*\]|\{.*\})", s, re.S)
+    m = re.search(r"(\[.*\]|\{.*\})", s, re.DOTALL)
     if not m:
         return None
     try:

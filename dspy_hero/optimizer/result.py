@@ -97,11 +97,11 @@ class HeroResult:
         os.replace(tmp, path)
 
     @classmethod
-    def load_json(cls, path: str | os.PathLike) -> "HeroResult":
+    def load_json(cls, path: str | os.PathLike) -> HeroResult:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HeroResult":
+    def from_dict(cls, data: dict[str, Any]) -> HeroResult:
         data = dict(data)
         rounds = []
         for r in data.get("rounds", []):

@@ -19,8 +19,9 @@ import contextvars
 import inspect
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import dspy
 
@@ -149,7 +150,7 @@ class RolloutResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RolloutResult":
+    def from_dict(cls, data: dict[str, Any]) -> RolloutResult:
         return cls(**data)
 
 
