@@ -95,6 +95,9 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
     if config.simulate:
         from dspy_hero.bench.simulate import simulated_lms
 
+        if any(ex.get("gold_sql") is None for ex in examples):
+            raise ValueError("--simulate scripts SQL tasks only (spider, bird): its world is made of SQL skills")
+
         task_lm, refl_lm, _ = simulated_lms(examples)
         return track_usage(task_lm), track_usage(refl_lm), "scripted simulation (task)", "scripted simulation (reflection)"
     if config.lm:

@@ -197,9 +197,30 @@ def test_missing_data_dir_is_a_clear_error(tmp_path):
         bigcodebench.bigcodebench_split(data_dir=tmp_path)
 
 
-def test_hub_check_is_fast_and_honours_offline(monkeypatch):
+def test_hub_check_is_fast_and_honours_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HERO_SHARED", str(tmp_path))  # no local copy anywhere
+    monkeypatch.delenv("HERO_DATA_DIR", raising=False)
     assert hub_reachable() is False
+    with pytest.raises(DataUnavailable, match="not reachable"):
+        cypherbench.cypherbench_split()
+    with pytest.raises(DataUnavailable, match="HERO_DATA_DIR"):
+        spider.spider_split()
+
+
+@pytest.mark.parametrize("name", ["cypherbench", "bigcodebench", "dscodebench"])
+def test_load_builds_task_when_metric_exists(name, request):
+    module = {"cypherbench": "dspy_hero.metrics.cypher"}.get(name, "dspy_hero.metrics.python")
+    pytest.importorskip(module)
+    data = request.getfixturevalue({"cypherbench": "cypher_dir", "bigcodebench": "bcb_dir", "dscodebench": "ds_dir"}[name])
+    loader = getattr({"cypherbench": cypherbench, "bigcodebench": bigcodebench, "dscodebench": dscodebench}[name], f"load_{name}")
+    task = loader(data_dir=data)
+    try:
+        assert task.split_note and task.train and task.test and task.group_key in task.train[0]
+        program = task.make_program()
+        assert program.generate.signature.instructions.startswith("You are an expert")
+    finally:
+        task.close()
 
 
 def test_bad_json_is_reported_with_its_path(tmp_path):

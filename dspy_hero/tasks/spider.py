@@ -40,7 +40,7 @@ def read_spider(root: Path, file: str = "dev.json") -> tuple[list[dspy.Example],
     rows = read_json(root / file)
     if not isinstance(rows, list):
         raise ValueError(f"{root / file}: expected a JSON list of questions")
-    stats = {"rows": len(rows), "gold_fails": 0, "no_database": 0}
+    stats = {"rows": len(rows), "gold_fails": 0, "no_database": 0, "gold_empty": 0}
     schemas: dict[str, str] = {}
     examples = []
     for i, row in enumerate(rows):
@@ -54,6 +54,7 @@ def read_spider(root: Path, file: str = "dev.json") -> tuple[list[dspy.Example],
             continue
         if db_id not in schemas:
             schemas[db_id] = sqlite_schema(path)
+        stats["gold_empty"] += row.get("gold_nonempty_on_derived_db") is False
         examples.append(
             dspy.Example(
                 example_id=f"spider/{Path(file).stem}/{i}",
@@ -84,7 +85,8 @@ def spider_split(
     train, test = cap(train, limit, split_seed, "db_id"), cap(test, limit, split_seed, "db_id")
     note = (
         f"Spider dev.json from {root}: {stats['rows']} rows, {stats['gold_fails']} dropped (gold fails on the "
-        f"derived database), {stats['no_database']} dropped (database absent); remaining {len(examples)} split by "
+        f"derived database), {stats['no_database']} dropped (database absent); remaining {len(examples)} "
+        f"({stats['gold_empty']} with an empty gold result) split by "
         f"database (seed {split_seed}, evaluation fraction {test_fraction}). Optimization: "
         f"{describe_groups(train, 'db_id')}. Evaluation: {describe_groups(test, 'db_id')}."
         + (f" Each pool capped at {limit}." if limit is not None else "")
