@@ -477,7 +477,7 @@ def bwrap_command(bwrap: str, interp: _Interpreter, workdir: str, env: dict[str,
         argv += ["--ro-bind", root_dir, root_dir]
         made.add(root_dir)
     argv += [
-        "--proc", "/proc", "--dev", "/dev",
+        "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",  # multiprocessing locks
         "--perms", "1777", "--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp",
         "--bind", workdir, SANDBOX_DIR, "--chdir", SANDBOX_DIR, "--clearenv",
     ]

@@ -231,8 +231,7 @@ def _unittest(cfg, nonce):
     def describe(pairs):
         out = []
         for test, trace in pairs:
-            last = [ln for ln in trace.strip().splitlines() if ln.strip()][-1:] or [""]
-            exc_type = last[0].split(":", 1)[0].strip() or "Error"
+            exc_type = _exception_type(trace)
             name = getattr(test, "_testMethodName", None) or str(test)
             out.append({"test": name, "id": test.id(), "exc_type": exc_type, "trace": trace})
         return out
@@ -249,6 +248,18 @@ def _unittest(cfg, nonce):
         },
     )
     return 0
+
+
+def _exception_type(trace):
+    """The exception's type name from a formatted traceback: the first unindented line after the
+    last frame (the message below it may span many lines, e.g. an assertEqual diff)."""
+    lines = trace.rstrip().splitlines()
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("  File ")]
+    for ln in lines[(frames[-1] + 1) if frames else 0:]:
+        if ln and not ln.startswith(" ") and not ln.startswith("Traceback"):
+            head = ln.split(":", 1)[0].strip()
+            return head if head and " " not in head else "Error"
+    return "Error"
 
 
 def _main():

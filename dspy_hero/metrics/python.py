@@ -1,0 +1,171 @@
+"""Python execution metrics: BigCodeBench unit tests and DSCodeBench output comparison.
+
+Both run the candidate in `PythonSandbox` (never in this process) and return a `Verdict` through
+`ExecutionMetric`, so they plug into `dspy.Evaluate`, GEPA, MIPROv2 and HERO unchanged.
+
+Feedback names what is observable (pass/fail, how many tests failed, exception types, failing test
+names, output types and shapes) and never the expected values unless ``reveal_expected=True``:
+assertion messages usually print the expected output, so they stay out by default.
+"""
+
+from __future__ import annotations
+
+import ast
+import secrets
+from pathlib import Path
+from typing import Any
+
+from dspy_hero.execution.base import EMPTY_PROGRAM, TIMEOUT, Execution
+from dspy_hero.execution.python import PythonSandbox
+from dspy_hero.metrics.base import ExecutionMetric, Verdict, extract_code, get_field, prediction_text, require_fields
+
+_DRIVER_PATH = Path(__file__).with_name("ds_driver.py")
+_MAX_RAW = 2000
+
+
+def _candidate(pred: Any) -> str:
+    return extract_code(prediction_text(pred, "code"), "python")
+
+
+def calibrated_program(code: str, code_prompt: str | None) -> str:
+    """BigCodeBench's calibrated mode: the code prompt (imports + signature) with a ``pass`` body,
+    then the candidate, so a candidate that omits the imports or signature is not punished."""
+    if not code_prompt:
+        return code
+    return code_prompt + "    pass\n" + code
+
+
+def _defines(code: str, name: str) -> bool | None:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
+               for n in ast.walk(tree))
+
+
+def python_tests_metric(
+    calibrated: bool = True,
+    timeout_s: float = 240.0,
+    sandbox: PythonSandbox | None = None,
+    reveal_expected: bool = False,
+) -> ExecutionMetric:
+    """BigCodeBench semantics: run ``code + "\\n" + test_code`` with unittest ``TestCases`` in a
+    fresh sandboxed process; score 1 only with no failures and no errors; a timeout scores 0.
+
+    Example fields: ``test_code`` (required), ``code_prompt`` and ``entry_point`` (optional);
+    prediction field ``code`` (fenced blocks are extracted).
+    """
+    sb = sandbox or PythonSandbox(timeout_s=timeout_s, memory_mb=8192, max_processes=256)
+
+    def judge(gold: Any, pred: Any) -> Verdict:
+        require_fields(gold, ("test_code",), "python_tests_metric")
+        code = _candidate(pred)
+        if not code.strip():
+            return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
+        code_prompt = get_field(gold, "code_prompt")
+        program = calibrated_program(code, code_prompt) if calibrated else code
+        execution = sb.run_unittest(program, get_field(gold, "test_code"), timeout_s=timeout_s)
+        return Verdict(1.0 if execution.ok else 0.0,
+                       tests_feedback(execution, code, get_field(gold, "entry_point"), reveal_expected))
+
+    return ExecutionMetric(judge, "python_tests_metric", "python")
+
+
+def tests_feedback(execution: Execution, code: str, entry_point: str | None, reveal_expected: bool) -> str:
+    """Feedback for a unit-test run: counts, exception types and test names; no expected values."""
+    d = execution.details
+    if execution.ok:
+        return f"passed: all {d.get('tests_run', 0)} unit test(s) passed"
+    parts = []
+    if execution.error_type == TIMEOUT:
+        parts.append(f"failed: {execution.error_type}: {execution.error_message} (a timeout scores 0)")
+    elif "tests_run" in d:
+        parts.append(
+            f"failed: {len(d.get('failed_tests', []))} of {d['tests_run']} unit test(s) failed "
+            f"({d.get('failures', 0)} assertion failure(s), {d.get('errors', 0)} error(s)); "
+            f"exception types: {', '.join(d.get('exception_types', [])) or 'none'}; "
+            f"failing tests: {', '.join(d.get('failed_tests', [])[:10]) or 'none'}"
+        )
+    else:
+        where = " while loading the program and tests" if d.get("phase") == "load" else ""
+        parts.append(f"failed{where}: {execution.error_type}: {execution.error_message}")
+    if entry_point and _defines(code, entry_point) is False:
+        parts.append(f"note: the program does not define `{entry_point}`")
+    if execution.truncated:
+        parts.append("the output was truncated at the sandbox's cap")
+    if reveal_expected and d.get("raw_report"):
+        parts.append("test report:\n" + d["raw_report"][-_MAX_RAW:])
+    return "\n".join(parts)
+
+
+def ds_outputs_metric(
+    num_cases: int = 200,
+    timeout_s: float = 600.0,
+    sandbox: PythonSandbox | None = None,
+    reveal_expected: bool = False,
+) -> ExecutionMetric:
+    """DSCodeBench semantics: generate ``num_cases`` inputs with the test script's
+    ``test_case_input_generator`` (seeds fixed at 42), apply the last top-level function of the
+    ground truth and of the candidate to each, compare outputs by type (numpy allclose with NaN
+    equal, pandas frame/series equality with tolerance, nested containers, floats with tolerance,
+    written files); score 1 only if every case matches.
+
+    Example fields: ``ground_truth_code``, ``test_script``; prediction field ``code``. The whole
+    comparison runs inside one sandboxed process per evaluation (see `ds_driver`).
+    """
+    if num_cases <= 0:
+        raise ValueError("num_cases must be positive")
+    sb = sandbox or PythonSandbox(timeout_s=timeout_s, memory_mb=8192, max_processes=256)
+    driver = _DRIVER_PATH.read_text(encoding="utf-8")
+
+    def judge(gold: Any, pred: Any) -> Verdict:
+        require_fields(gold, ("ground_truth_code", "test_script"), "ds_outputs_metric")
+        code = _candidate(pred)
+        if not code.strip():
+            return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
+        nonce = "@@hero-ds-" + secrets.token_hex(12) + "@@"
+        program = driver + "\n_main({!r}, {!r}, {!r}, {:d}, {!r})\n".format(
+            get_field(gold, "ground_truth_code"), code, get_field(gold, "test_script"), num_cases, nonce)
+        execution = sb.run(program, timeout_s=timeout_s)
+        report = _ds_report(execution, nonce)
+        return _ds_verdict(execution, report, reveal_expected)
+
+    return ExecutionMetric(judge, "ds_outputs_metric", "python")
+
+
+def _ds_report(execution: Execution, nonce: str) -> dict[str, Any] | None:
+    text = execution.output or ""
+    at = text.rfind(nonce)
+    if at < 0:
+        return None
+    line = text[at + len(nonce):].split("\n", 1)[0]
+    try:
+        report = ast.literal_eval(line)
+    except (ValueError, SyntaxError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def _ds_verdict(execution: Execution, report: dict[str, Any] | None, reveal_expected: bool) -> Verdict:
+    if report is None:
+        if execution.error_type == TIMEOUT:
+            return Verdict(0.0, f"failed: {TIMEOUT}: {execution.error_message} (a timeout scores 0)")
+        return Verdict(0.0, f"failed: the evaluation did not complete: {execution.describe()}")
+    if report.get("fatal"):
+        side = "the reference solution" if report.get("fatal_side") == "gold" else "the program"
+        return Verdict(0.0, f"failed: {side} could not be evaluated: {report['fatal']}")
+    cases, matched = int(report.get("cases", 0)), int(report.get("matched", 0))
+    if cases == 0:
+        return Verdict(0.0, "failed: the test input generator produced no cases")
+    if matched == cases:
+        return Verdict(1.0, f"passed: outputs matched the reference on all {cases} generated input(s)")
+    lines = [f"failed: outputs matched the reference on {matched} of {cases} generated input(s)"]
+    if report.get("candidate_errors"):
+        lines.append(f"the program raised on {report['candidate_errors']} input(s): "
+                     f"{', '.join(report.get('error_types', []))}")
+    if report.get("first_mismatch") is not None:
+        lines.append(f"first mismatch at input #{report['first_mismatch']}: {report.get('reason', '')}")
+    if reveal_expected and report.get("detail"):
+        lines.append(f"expected output there: {report['detail']}")
+    return Verdict(0.0, "\n".join(lines))
