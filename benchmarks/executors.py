@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.execution.sqlite import SQLiteExecutor, read_only_uri  # noqa: E402
+from dspy_hero.execution.sqlite import SQLiteExecutor, read_only_uri
 
 
 def shared_benchmarks() -> Path:
@@ -58,7 +58,11 @@ def spider_workload() -> list[tuple[str, str]] | None:
         if files:
             dbs[folder.name.lower()] = str(files[0])
     rows = json.loads((spider / "dev.json").read_text())
-    return [(dbs[r["db_id"].lower()], r["query"]) for r in rows if r["gold_executes_on_derived_db"] and r["db_id"].lower() in dbs]
+    return [
+        (dbs[r["db_id"].lower()], r["query"])
+        for r in rows
+        if r["gold_executes_on_derived_db"] and r["db_id"].lower() in dbs
+    ]
 
 
 def generated_workload(folder: str) -> list[tuple[str, str]]:
@@ -119,8 +123,7 @@ def measure_sql(rounds: int) -> dict:
                     start = clock()
                     fn(path, sql)
                     elapsed = clock() - start
-                    if elapsed < best[i]:
-                        best[i] = elapsed
+                    best[i] = min(best[i], elapsed)
         raw_times, ours_times = [sum(best_raw)], [sum(best_ours)]
         per_query = sorted(o / r_ for o, r_ in zip(best_ours, best_raw))
     n = len(work)
@@ -142,7 +145,7 @@ def measure_sql(rounds: int) -> dict:
 def measure_sandbox(runs: int) -> dict:
     try:
         from dspy_hero.execution.python import PythonSandbox
-    except Exception as exc:  # the sandbox is another module's job; report instead of failing
+    except Exception as exc:  # noqa: BLE001 - another module's job; report instead of failing
         return {"skipped": f"dspy_hero.execution.python.PythonSandbox not importable: {exc}"}
     sandbox = PythonSandbox()
     layer = sandbox.layer
@@ -181,7 +184,10 @@ def measure_sandbox(runs: int) -> dict:
 
 GRAPH_SCRIPT = "\n".join(
     [f"CREATE (:Person {{id: {i}, name: 'p{i}', age: {18 + i % 60}}})" for i in range(200)]
-    + [f"MATCH (a:Person {{id: {i}}}), (b:Person {{id: {(i * 7 + 3) % 200}}}) CREATE (a)-[:KNOWS]->(b)" for i in range(200)]
+    + [
+        f"MATCH (a:Person {{id: {i}}}), (b:Person {{id: {(i * 7 + 3) % 200}}}) CREATE (a)-[:KNOWS]->(b)"
+        for i in range(200)
+    ]
 )
 CYPHER_QUERIES = [
     "MATCH (p:Person) RETURN count(p)",
@@ -194,15 +200,17 @@ CYPHER_QUERIES = [
 def measure_falkordb(repeats: int) -> dict:
     try:
         from dspy_hero.execution.cypher import FalkorDBExecutor
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - another module's job; report instead of failing
         return {"skipped": f"dspy_hero.execution.cypher.FalkorDBExecutor not importable: {exc}"}
     with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp:
         script = Path(tmp) / "graph.cypher"
         script.write_text(GRAPH_SCRIPT + "\n")
         try:
             executor = FalkorDBExecutor(str(script))
-        except Exception as exc:
-            return {"skipped": f"could not start FalkorDBExecutor on a Cypher script: {type(exc).__name__}: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - report why the engine did not start
+            return {
+                "skipped": f"could not start FalkorDBExecutor on a Cypher script: {type(exc).__name__}: {exc}"
+            }
         try:
             first = executor.run(CYPHER_QUERIES[0])
             if not first.ok:
@@ -227,7 +235,9 @@ def measure_falkordb(repeats: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=15, help="alternating timings per SQL query and side")
     parser.add_argument("--sandbox-runs", type=int, default=30)
     parser.add_argument("--falkordb-repeats", type=int, default=25)

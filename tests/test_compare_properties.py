@@ -133,7 +133,7 @@ def test_spider_edge_cases():
 SCALAR = (
     st.none()
     | st.booleans()
-    | st.integers(-10**6, 10**6)
+    | st.integers(-(10**6), 10**6)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=5)
     | st.binary(max_size=4)
@@ -143,10 +143,12 @@ SCALAR = (
 )
 NESTED = st.recursive(
     SCALAR,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(st.text(max_size=3), inner, max_size=3)
-    | st.frozensets(st.integers(-5, 5), max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        | st.frozensets(st.integers(-5, 5), max_size=4)
+    ),
     max_leaves=12,
 )
 

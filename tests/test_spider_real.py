@@ -50,8 +50,12 @@ def spider_examples():
     usable = [r for r in rows if r["gold_executes_on_derived_db"] and r["db_id"].lower() in dbs]
     return [
         (
-            dspy.Example(question=r["question"], db_id=r["db_id"], db_path=str(dbs[r["db_id"].lower()]), gold_sql=r["query"])
-            .with_inputs("question", "db_id", "db_path"),
+            dspy.Example(
+                question=r["question"],
+                db_id=r["db_id"],
+                db_path=str(dbs[r["db_id"].lower()]),
+                gold_sql=r["query"],
+            ).with_inputs("question", "db_id", "db_path"),
             r["gold_nonempty_on_derived_db"],
         )
         for r in usable
@@ -75,7 +79,9 @@ def test_spider_gold_scores_one_and_perturbation_zero(semantics):
         same = metric(ex, dspy.Prediction(sql=ex.gold_sql))
         changed = metric(ex, dspy.Prediction(sql=perturb(ex.gold_sql, nonempty)))
         # a second perturbation keeps the rows but adds a column
-        widened = metric(ex, dspy.Prediction(sql=f"SELECT *, 'extra' FROM ({ex.gold_sql.strip().rstrip(';')})"))
+        widened = metric(
+            ex, dspy.Prediction(sql=f"SELECT *, 'extra' FROM ({ex.gold_sql.strip().rstrip(';')})")
+        )
         if same.score != 1.0 or changed.score != 0.0 or (nonempty and widened.score != 0.0):
             failures.append((ex.db_id, ex.gold_sql, same.feedback, changed.feedback, widened.feedback))
     assert not failures, failures[:5]

@@ -25,18 +25,38 @@ ATTACKS = [
     ("drop index", "DROP", "DROP INDEX account_owner", {REJECTED}),
     ("drop view", "DROP", "DROP VIEW rich", {REJECTED}),
     ("delete all", "DELETE", "DELETE FROM account", {REJECTED}),
-    ("delete via CTE", "DELETE", "WITH x AS (SELECT 1) DELETE FROM account WHERE id IN (SELECT * FROM x)", {REJECTED}),
+    (
+        "delete via CTE",
+        "DELETE",
+        "WITH x AS (SELECT 1) DELETE FROM account WHERE id IN (SELECT * FROM x)",
+        {REJECTED},
+    ),
     ("insert", "INSERT", "INSERT INTO account VALUES (99, 'mallory', 1e9)", {REJECTED}),
-    ("insert select", "INSERT", "INSERT INTO account SELECT id + 100, owner, balance FROM account", {REJECTED}),
+    (
+        "insert select",
+        "INSERT",
+        "INSERT INTO account SELECT id + 100, owner, balance FROM account",
+        {REJECTED},
+    ),
     ("replace", "INSERT", "REPLACE INTO account VALUES (1, 'mallory', 0)", {REJECTED}),
-    ("upsert", "INSERT", "INSERT INTO account VALUES (1, 'x', 0) ON CONFLICT(id) DO UPDATE SET balance = 0", {REJECTED}),
+    (
+        "upsert",
+        "INSERT",
+        "INSERT INTO account VALUES (1, 'x', 0) ON CONFLICT(id) DO UPDATE SET balance = 0",
+        {REJECTED},
+    ),
     ("update", "UPDATE", "UPDATE account SET balance = 0", {REJECTED}),
     ("update schema table", "UPDATE", "UPDATE sqlite_master SET sql = 'CREATE TABLE x(y)'", {REJECTED}),
     ("create table", "CREATE", "CREATE TABLE evil (x)", {REJECTED}),
     ("create table as", "CREATE", "CREATE TABLE evil AS SELECT * FROM account", {REJECTED}),
     ("create temp table", "CREATE", "CREATE TEMP TABLE evil (x)", {REJECTED}),
     ("create index", "CREATE", "CREATE INDEX evil ON account(balance)", {REJECTED}),
-    ("create trigger", "CREATE", "CREATE TRIGGER evil AFTER INSERT ON account BEGIN DELETE FROM account; END", {REJECTED}),
+    (
+        "create trigger",
+        "CREATE",
+        "CREATE TRIGGER evil AFTER INSERT ON account BEGIN DELETE FROM account; END",
+        {REJECTED},
+    ),
     ("create view", "CREATE", "CREATE VIEW evil AS SELECT 1", {REJECTED}),
     ("create virtual table", "CREATE", "CREATE VIRTUAL TABLE evil USING fts5(x)", {REJECTED}),
     ("alter table", "CREATE", "ALTER TABLE account ADD COLUMN pwned INTEGER", {REJECTED}),
@@ -55,27 +75,82 @@ ATTACKS = [
     ("analyze", "PRAGMA", "ANALYZE", {REJECTED}),
     ("reindex", "PRAGMA", "REINDEX account_owner", {REJECTED}),
     ("load_extension", "load_extension", "SELECT load_extension('/tmp/evil.so')", {REJECTED}),
-    ("load_extension with entry", "load_extension", "SELECT load_extension('libc.so.6', 'system')", {REJECTED}),
+    (
+        "load_extension with entry",
+        "load_extension",
+        "SELECT load_extension('libc.so.6', 'system')",
+        {REJECTED},
+    ),
     ("writefile", "load_extension", "SELECT writefile('{dir}/pwned.txt', 'x')", {REJECTED, SYNTAX}),
     ("fts3_tokenizer", "load_extension", "SELECT fts3_tokenizer('simple')", {REJECTED, SYNTAX}),
     ("begin", "transactions", "BEGIN IMMEDIATE", {REJECTED}),
     ("savepoint", "transactions", "SAVEPOINT s", {REJECTED}),
     ("select then drop", "multiple statements", "SELECT 1; DROP TABLE account", {REJECTED}),
-    ("select then insert", "multiple statements", "SELECT * FROM account;\nINSERT INTO account VALUES (7, 'x', 1)", {REJECTED}),
+    (
+        "select then insert",
+        "multiple statements",
+        "SELECT * FROM account;\nINSERT INTO account VALUES (7, 'x', 1)",
+        {REJECTED},
+    ),
     ("comment hides second", "multiple statements", "SELECT 1 /* ; */; DELETE FROM account -- ;", {REJECTED}),
     ("string hides second", "multiple statements", "SELECT ';'; UPDATE account SET balance = 0", {REJECTED}),
-    ("runaway recursive CTE", "timeout", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", {TIMEOUT}),
-    ("huge cross join", "timeout", "SELECT count(*) FROM account a, account b, account c, account d, account e, account f, account g, account h, account i, account j, account k, account l", {TIMEOUT}),
-    ("huge sort", "timeout", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c ORDER BY random() LIMIT 1", {TIMEOUT}),
+    (
+        "runaway recursive CTE",
+        "timeout",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+        {TIMEOUT},
+    ),
+    (
+        "huge cross join",
+        "timeout",
+        "SELECT count(*) FROM account a, account b, account c, account d, account e, account f, account g, account h, account i, account j, account k, account l",
+        {TIMEOUT},
+    ),
+    (
+        "huge sort",
+        "timeout",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c ORDER BY random() LIMIT 1",
+        {TIMEOUT},
+    ),
     ("giant blob", "resources", "SELECT length(zeroblob(2000000000))", {RESOURCE}),
-    ("giant string by doubling", "resources", "WITH RECURSIVE s(x) AS (SELECT 'xx' UNION ALL SELECT x || x FROM s) SELECT length(x) FROM s", {RESOURCE, TIMEOUT}),
-    ("giant string by replace", "resources", "SELECT length(replace(hex(zeroblob(100000000)), '0', 'aaaa'))", {RESOURCE}),
-    ("millions of rows", "row cap", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5000000) SELECT x FROM c", "truncated"),
-    ("cross join rows", "row cap", "SELECT * FROM account a, account b, account c, account d, account e, account f", "truncated"),
+    (
+        "giant string by doubling",
+        "resources",
+        "WITH RECURSIVE s(x) AS (SELECT 'xx' UNION ALL SELECT x || x FROM s) SELECT length(x) FROM s",
+        {RESOURCE, TIMEOUT},
+    ),
+    (
+        "giant string by replace",
+        "resources",
+        "SELECT length(replace(hex(zeroblob(100000000)), '0', 'aaaa'))",
+        {RESOURCE},
+    ),
+    (
+        "millions of rows",
+        "row cap",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 5000000) SELECT x FROM c",
+        "truncated",
+    ),
+    (
+        "cross join rows",
+        "row cap",
+        "SELECT * FROM account a, account b, account c, account d, account e, account f",
+        "truncated",
+    ),
 ]
 REQUIRED_CATEGORIES = {
-    "DROP", "DELETE", "INSERT", "UPDATE", "CREATE", "ATTACH", "VACUUM INTO", "PRAGMA", "load_extension",
-    "multiple statements", "timeout", "row cap",
+    "DROP",
+    "DELETE",
+    "INSERT",
+    "UPDATE",
+    "CREATE",
+    "ATTACH",
+    "VACUUM INTO",
+    "PRAGMA",
+    "load_extension",
+    "multiple statements",
+    "timeout",
+    "row cap",
 }
 
 
@@ -130,8 +205,12 @@ def test_all_attacks_counted_and_stopped(bank):
     fast = [a for a in ATTACKS if a[1] not in ("timeout", "resources")]
     results = [(a[0], *run_attack(bank, a[2]), a[3]) for a in fast]
     stopped_count = sum(1 for name, r, _, unchanged, exp in results if stopped(r, exp) and unchanged)
-    logger.info("SQL attacks: %d tried, %d stopped (plus %d timeouts tested separately)",
-                len(results), stopped_count, len(ATTACKS) - len(fast))
+    logger.info(
+        "SQL attacks: %d tried, %d stopped (plus %d timeouts tested separately)",
+        len(results),
+        stopped_count,
+        len(ATTACKS) - len(fast),
+    )
     assert stopped_count == len(results) and len(ATTACKS) >= 40
 
 

@@ -25,7 +25,12 @@ def db(tmp_path):
     conn.execute("CREATE TABLE person (id INTEGER PRIMARY KEY, name TEXT, city TEXT, age INTEGER)")
     conn.executemany(
         "INSERT INTO person VALUES (?, ?, ?, ?)",
-        [(1, "Ada", SECRET_CITY, 36), (2, "Bo", "Lima", 41), (3, "Cy", SECRET_CITY, 29), (4, "Di", "Oslo", 41)],
+        [
+            (1, "Ada", SECRET_CITY, 36),
+            (2, "Bo", "Lima", 41),
+            (3, "Cy", SECRET_CITY, 29),
+            (4, "Di", "Oslo", 41),
+        ],
     )
     conn.commit()
     conn.close()
@@ -77,7 +82,9 @@ def test_bird_and_spider_differ_where_the_benchmarks_do(db):
     dup = "SELECT DISTINCT age FROM person"
     assert bird(unordered_gold, dspy.Prediction(sql=dup)).score == 1.0  # duplicates ignored
     assert spider(unordered_gold, dspy.Prediction(sql=dup)).score == 0.0  # multiset
-    assert spider(unordered_gold, dspy.Prediction(sql="SELECT age FROM person ORDER BY age DESC")).score == 1.0
+    assert (
+        spider(unordered_gold, dspy.Prediction(sql="SELECT age FROM person ORDER BY age DESC")).score == 1.0
+    )
 
 
 @pytest.mark.parametrize("semantics", ["bird", "spider"])
@@ -89,7 +96,9 @@ def test_bird_and_spider_differ_where_the_benchmarks_do(db):
         (f"SELECT name, city FROM person WHERE city != '{SECRET_CITY}'", "values"),
     ],
 )
-def test_wrong_results_feedback_names_the_property_but_never_the_gold(db, semantics, pred_sql, expected_phrase):
+def test_wrong_results_feedback_names_the_property_but_never_the_gold(
+    db, semantics, pred_sql, expected_phrase
+):
     result = sql_execution_metric(semantics)(example(db), dspy.Prediction(sql=pred_sql))
     assert result.score == 0.0
     assert "differs from the expected" in result.feedback
@@ -178,7 +187,9 @@ def test_works_with_dspy_evaluate_and_infer_metric(db):
     lm = scripted_lm(lambda req: {"sql": f"```sql\n{answers[req.inputs['question']]}\n```"})
     devset = [
         dspy.Example(question="who", db_path=db, gold_sql=GOLD_SQL).with_inputs("question", "db_path"),
-        dspy.Example(question="count", db_path=db, gold_sql="SELECT count(*) FROM person").with_inputs("question", "db_path"),
+        dspy.Example(question="count", db_path=db, gold_sql="SELECT count(*) FROM person").with_inputs(
+            "question", "db_path"
+        ),
     ]
     metric = infer_metric(devset)
     assert metric.language == "sql" and metric.semantics == "bird"

@@ -9,7 +9,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, REJECTED, RESOURCE, RUNTIME, SYNTAX, TIMEOUT, Executor
+from dspy_hero.execution.base import (
+    EMPTY_PROGRAM,
+    ENVIRONMENT,
+    REJECTED,
+    RESOURCE,
+    RUNTIME,
+    SYNTAX,
+    TIMEOUT,
+    Executor,
+)
 from dspy_hero.execution.sqlite import SQLiteExecutor, split_single_statement
 
 
@@ -43,8 +52,13 @@ def test_select_returns_rows_and_columns(db):
 
 @pytest.mark.parametrize(
     "sql",
-    ["SELECT count(*) FROM person;", "SELECT count(*) FROM person;;", "SELECT count(*) FROM person; -- done",
-     "SELECT count(*) FROM person /* c */ ; /* more */\n", "  -- lead\nSELECT count(*) FROM person"],
+    [
+        "SELECT count(*) FROM person;",
+        "SELECT count(*) FROM person;;",
+        "SELECT count(*) FROM person; -- done",
+        "SELECT count(*) FROM person /* c */ ; /* more */\n",
+        "  -- lead\nSELECT count(*) FROM person",
+    ],
 )
 def test_trailing_semicolons_and_comments_are_fine(db, sql):
     r = SQLiteExecutor(db).run(sql)
@@ -77,8 +91,14 @@ def test_empty_program(db, sql):
 
 @pytest.mark.parametrize(
     "sql",
-    ["SELEC name FROM person", "SELECT name FROM", "SELECT nope FROM person", "SELECT * FROM missing_table",
-     "SELECT name FROM person WHERE", "SELECT no_such_fn(1)"],
+    [
+        "SELEC name FROM person",
+        "SELECT name FROM",
+        "SELECT nope FROM person",
+        "SELECT * FROM missing_table",
+        "SELECT name FROM person WHERE",
+        "SELECT no_such_fn(1)",
+    ],
 )
 def test_syntax_and_name_errors(db, sql):
     r = SQLiteExecutor(db).run(sql)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from dspy_hero.execution.base import Environment, Execution, REJECTED
+from dspy_hero.execution.base import REJECTED, Environment, Execution
 from dspy_hero.execution.sqlite_probes import SQLiteEnvironment, quote_identifier, schema_text
 
 
@@ -65,10 +65,12 @@ def test_schema_probe(db):
     assert not missing.ok and "customer" in missing.text
 
 
-@pytest.mark.parametrize("argument", ["customer.name", "CUSTOMER.NAME", '"customer"."name"', "customer.`name`"])
+@pytest.mark.parametrize(
+    "argument", ["customer.name", "CUSTOMER.NAME", '"customer"."name"', "customer.`name`"]
+)
 def test_sample_values(db, argument):
     result = SQLiteEnvironment(db).probe("sample_values", argument)
-    assert result.ok and "'Ann'" in result.text and "\"O'Neil\"" in result.text
+    assert result.ok and "'Ann'" in result.text and '"O\'Neil"' in result.text
 
 
 def test_sample_values_quotes_odd_names(db):
@@ -89,7 +91,7 @@ def test_sample_values_bad_arguments_are_clear_and_harmless(db, argument):
 
 def test_run_subquery(db):
     env = SQLiteEnvironment(db)
-    ok = env.probe("run_subquery", "SELECT customer_id, sum(total) FROM \"order\" GROUP BY customer_id")
+    ok = env.probe("run_subquery", 'SELECT customer_id, sum(total) FROM "order" GROUP BY customer_id')
     assert ok.ok and "returned 2 row(s) with 2 column(s)" in ok.text
     bad = env.probe("run_subquery", "DELETE FROM customer")
     assert not bad.ok and REJECTED in bad.text

@@ -8,7 +8,15 @@ import sqlite3
 import dspy
 import pytest
 
-from dspy_hero.metrics.ves import drop_outliers, r_ves, r_ves_bucket, r_ves_reward, time_ratio, ves, ves_reward
+from dspy_hero.metrics.ves import (
+    drop_outliers,
+    r_ves,
+    r_ves_bucket,
+    r_ves_reward,
+    time_ratio,
+    ves,
+    ves_reward,
+)
 
 FAST = "SELECT b FROM t WHERE a = 4321"  # primary-key lookup
 SLOW = "SELECT b FROM t WHERE a + 0 = 4321"  # same answer, full scan
@@ -27,8 +35,18 @@ def db(tmp_path_factory):
 
 @pytest.mark.parametrize(
     "ratio,reward",
-    [(5.0, 1.25), (2.0, 1.25), (1.999, 1.0), (1.0, 1.0), (0.999, 0.75), (0.5, 0.75), (0.49, 0.5), (0.25, 0.5),
-     (0.2499, 0.25), (0.0, 0.25)],
+    [
+        (5.0, 1.25),
+        (2.0, 1.25),
+        (1.999, 1.0),
+        (1.0, 1.0),
+        (0.999, 0.75),
+        (0.5, 0.75),
+        (0.49, 0.5),
+        (0.25, 0.5),
+        (0.2499, 0.25),
+        (0.0, 0.25),
+    ],
 )
 def test_r_ves_buckets(ratio, reward):
     assert r_ves_bucket(ratio) == reward

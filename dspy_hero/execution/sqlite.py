@@ -30,6 +30,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 from dspy_hero.execution.base import (
     EMPTY_PROGRAM,
@@ -64,12 +65,41 @@ READ_PRAGMAS = frozenset(
 DENIED_FUNCTIONS = frozenset(
     {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile", "sqlar_uncompress"}
 )
-_ACTIONS = (
-    "CREATE_INDEX CREATE_TABLE CREATE_TEMP_INDEX CREATE_TEMP_TABLE CREATE_TEMP_TRIGGER CREATE_TEMP_VIEW "
-    "CREATE_TRIGGER CREATE_VIEW DELETE DROP_INDEX DROP_TABLE DROP_TEMP_INDEX DROP_TEMP_TABLE "
-    "DROP_TEMP_TRIGGER DROP_TEMP_VIEW DROP_TRIGGER DROP_VIEW INSERT PRAGMA READ SELECT TRANSACTION UPDATE "
-    "ATTACH DETACH ALTER_TABLE REINDEX ANALYZE CREATE_VTABLE DROP_VTABLE FUNCTION SAVEPOINT RECURSIVE"
-).split()
+_ACTIONS = [
+    "CREATE_INDEX",
+    "CREATE_TABLE",
+    "CREATE_TEMP_INDEX",
+    "CREATE_TEMP_TABLE",
+    "CREATE_TEMP_TRIGGER",
+    "CREATE_TEMP_VIEW",
+    "CREATE_TRIGGER",
+    "CREATE_VIEW",
+    "DELETE",
+    "DROP_INDEX",
+    "DROP_TABLE",
+    "DROP_TEMP_INDEX",
+    "DROP_TEMP_TABLE",
+    "DROP_TEMP_TRIGGER",
+    "DROP_TEMP_VIEW",
+    "DROP_TRIGGER",
+    "DROP_VIEW",
+    "INSERT",
+    "PRAGMA",
+    "READ",
+    "SELECT",
+    "TRANSACTION",
+    "UPDATE",
+    "ATTACH",
+    "DETACH",
+    "ALTER_TABLE",
+    "REINDEX",
+    "ANALYZE",
+    "CREATE_VTABLE",
+    "DROP_VTABLE",
+    "FUNCTION",
+    "SAVEPOINT",
+    "RECURSIVE",
+]
 _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr(sqlite3, "SQLITE_" + a)}
 
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master"})
@@ -186,7 +216,7 @@ class _Watchdog:
                 if deadline <= now and self._live.pop(token, None) is not None:
                     try:
                         conn.interrupt()
-                    except Exception:  # closed in the meantime: nothing to stop
+                    except sqlite3.ProgrammingError:  # closed in the meantime: nothing to stop
                         pass
             time.sleep(self.POLL_S)
 
@@ -205,7 +235,12 @@ if hasattr(os, "register_at_fork"):
 
 def _classify(message: str) -> str:
     low = message.lower()
-    if "not authorized" in low or "readonly database" in low or "read-only" in low or "may not be modified" in low:
+    if (
+        "not authorized" in low
+        or "readonly database" in low
+        or "read-only" in low
+        or "may not be modified" in low
+    ):
         return REJECTED
     if any(p in low for p in _SYNTAX_PATTERNS):
         return SYNTAX
@@ -223,7 +258,7 @@ class SQLiteSession:
     runs measure the query rather than opening the file. Every guard applies to every query.
     """
 
-    def __init__(self, executor: "SQLiteExecutor", lossy_text: bool = False):
+    def __init__(self, executor: SQLiteExecutor, lossy_text: bool = False):
         self.executor = executor
         self._deadline = 0.0
         self._timed_out = False
@@ -242,7 +277,7 @@ class SQLiteSession:
             self.conn.close()
             raise
 
-    def __enter__(self) -> "SQLiteSession":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -323,7 +358,7 @@ class SQLiteSession:
             return failed(kind, message, elapsed)
         except (MemoryError, OverflowError) as exc:
             return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
-        except Exception as exc:  # e.g. a NUL character in the text: the program's fault, not ours
+        except Exception as exc:  # noqa: BLE001 - e.g. a NUL character: the program's fault, reported as such
             return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
         finally:
             _WATCHDOG.unwatch(token)
@@ -367,7 +402,11 @@ class SQLiteExecutor:
         if not isinstance(sql, str) or _is_empty(sql):
             return failed(EMPTY_PROGRAM, "the program is empty")
         result = self._run(sql, lossy_text=False)
-        if not result.ok and result.error_type == RUNTIME and "could not decode" in (result.error_message or "").lower():
+        if (
+            not result.ok
+            and result.error_type == RUNTIME
+            and "could not decode" in (result.error_message or "").lower()
+        ):
             result = self._run(sql, lossy_text=True)  # text that is not UTF-8: decode with replacement
         return result
 

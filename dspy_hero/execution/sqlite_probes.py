@@ -14,21 +14,160 @@ import sqlite3
 from dspy_hero.execution.base import Execution, ProbeResult
 from dspy_hero.execution.sqlite import SQLiteExecutor, read_only_uri
 
-__all__ = ["SQLiteEnvironment", "schema_text", "quote_identifier"]
+__all__ = ["SQLiteEnvironment", "quote_identifier", "schema_text"]
 
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # SQLite's keywords (sqlite.org/lang_keywords.html): a table named ORDER must be quoted.
 SQLITE_KEYWORDS = frozenset(
-    """ABORT ACTION ADD AFTER ALL ALTER ALWAYS ANALYZE AND AS ASC ATTACH AUTOINCREMENT BEFORE BEGIN BETWEEN BY
-    CASCADE CASE CAST CHECK COLLATE COLUMN COMMIT CONFLICT CONSTRAINT CREATE CROSS CURRENT CURRENT_DATE
-    CURRENT_TIME CURRENT_TIMESTAMP DATABASE DEFAULT DEFERRABLE DEFERRED DELETE DESC DETACH DISTINCT DO DROP
-    EACH ELSE END ESCAPE EXCEPT EXCLUDE EXCLUSIVE EXISTS EXPLAIN FAIL FILTER FIRST FOLLOWING FOR FOREIGN FROM
-    FULL GENERATED GLOB GROUP GROUPS HAVING IF IGNORE IMMEDIATE IN INDEX INDEXED INITIALLY INNER INSERT INSTEAD
-    INTERSECT INTO IS ISNULL JOIN KEY LAST LEFT LIKE LIMIT MATCH MATERIALIZED NATURAL NO NOT NOTHING NOTNULL
-    NULL NULLS OF OFFSET ON OR ORDER OTHERS OUTER OVER PARTITION PLAN PRAGMA PRECEDING PRIMARY QUERY RAISE
-    RANGE RECURSIVE REFERENCES REGEXP REINDEX RELEASE RENAME REPLACE RESTRICT RETURNING RIGHT ROLLBACK ROW ROWS
-    SAVEPOINT SELECT SET TABLE TEMP TEMPORARY THEN TIES TO TRANSACTION TRIGGER UNBOUNDED UNION UNIQUE UPDATE
-    USING VACUUM VALUES VIEW VIRTUAL WHEN WHERE WINDOW WITH WITHOUT""".split()
+    [
+        "ABORT",
+        "ACTION",
+        "ADD",
+        "AFTER",
+        "ALL",
+        "ALTER",
+        "ALWAYS",
+        "ANALYZE",
+        "AND",
+        "AS",
+        "ASC",
+        "ATTACH",
+        "AUTOINCREMENT",
+        "BEFORE",
+        "BEGIN",
+        "BETWEEN",
+        "BY",
+        "CASCADE",
+        "CASE",
+        "CAST",
+        "CHECK",
+        "COLLATE",
+        "COLUMN",
+        "COMMIT",
+        "CONFLICT",
+        "CONSTRAINT",
+        "CREATE",
+        "CROSS",
+        "CURRENT",
+        "CURRENT_DATE",
+        "CURRENT_TIME",
+        "CURRENT_TIMESTAMP",
+        "DATABASE",
+        "DEFAULT",
+        "DEFERRABLE",
+        "DEFERRED",
+        "DELETE",
+        "DESC",
+        "DETACH",
+        "DISTINCT",
+        "DO",
+        "DROP",
+        "EACH",
+        "ELSE",
+        "END",
+        "ESCAPE",
+        "EXCEPT",
+        "EXCLUDE",
+        "EXCLUSIVE",
+        "EXISTS",
+        "EXPLAIN",
+        "FAIL",
+        "FILTER",
+        "FIRST",
+        "FOLLOWING",
+        "FOR",
+        "FOREIGN",
+        "FROM",
+        "FULL",
+        "GENERATED",
+        "GLOB",
+        "GROUP",
+        "GROUPS",
+        "HAVING",
+        "IF",
+        "IGNORE",
+        "IMMEDIATE",
+        "IN",
+        "INDEX",
+        "INDEXED",
+        "INITIALLY",
+        "INNER",
+        "INSERT",
+        "INSTEAD",
+        "INTERSECT",
+        "INTO",
+        "IS",
+        "ISNULL",
+        "JOIN",
+        "KEY",
+        "LAST",
+        "LEFT",
+        "LIKE",
+        "LIMIT",
+        "MATCH",
+        "MATERIALIZED",
+        "NATURAL",
+        "NO",
+        "NOT",
+        "NOTHING",
+        "NOTNULL",
+        "NULL",
+        "NULLS",
+        "OF",
+        "OFFSET",
+        "ON",
+        "OR",
+        "ORDER",
+        "OTHERS",
+        "OUTER",
+        "OVER",
+        "PARTITION",
+        "PLAN",
+        "PRAGMA",
+        "PRECEDING",
+        "PRIMARY",
+        "QUERY",
+        "RAISE",
+        "RANGE",
+        "RECURSIVE",
+        "REFERENCES",
+        "REGEXP",
+        "REINDEX",
+        "RELEASE",
+        "RENAME",
+        "REPLACE",
+        "RESTRICT",
+        "RETURNING",
+        "RIGHT",
+        "ROLLBACK",
+        "ROW",
+        "ROWS",
+        "SAVEPOINT",
+        "SELECT",
+        "SET",
+        "TABLE",
+        "TEMP",
+        "TEMPORARY",
+        "THEN",
+        "TIES",
+        "TO",
+        "TRANSACTION",
+        "TRIGGER",
+        "UNBOUNDED",
+        "UNION",
+        "UNIQUE",
+        "UPDATE",
+        "USING",
+        "VACUUM",
+        "VALUES",
+        "VIEW",
+        "VIRTUAL",
+        "WHEN",
+        "WHERE",
+        "WINDOW",
+        "WITH",
+        "WITHOUT",
+    ]
 )
 
 
@@ -87,7 +226,9 @@ def schema_text(db_path: str | os.PathLike, tables: list[str] | None = None) -> 
             names = [n for n in names if n.lower() in wanted]
         lines = [_table_ddl(conn, n) for n in names]
         if tables is None:
-            views = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND sql IS NOT NULL").fetchall()
+            views = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'view' AND sql IS NOT NULL"
+            ).fetchall()
             lines += [" ".join(v[0].split()) + ";" for v in views]
         return "\n".join(lines)
     finally:
@@ -131,7 +272,9 @@ class SQLiteEnvironment:
             "run_subquery": self._probe_run_subquery,
         }.get(name)
         if handler is None:
-            return ProbeResult(name, argument, f"unknown probe {name!r}; available: {sorted(self.probes())}", ok=False)
+            return ProbeResult(
+                name, argument, f"unknown probe {name!r}; available: {sorted(self.probes())}", ok=False
+            )
         try:
             return handler(argument)
         except (FileNotFoundError, sqlite3.Error) as exc:
@@ -157,9 +300,11 @@ class SQLiteEnvironment:
     def _probe_schema(self, argument: str) -> ProbeResult:
         if not argument:
             return ProbeResult("schema", argument, self.schema() or "(the database has no tables)")
-        table = self._resolve_table(argument.strip("`\"[] "))
+        table = self._resolve_table(argument.strip('`"[] '))
         if table is None:
-            return ProbeResult("schema", argument, f"no table named {argument!r}; tables: {self._table_names()}", ok=False)
+            return ProbeResult(
+                "schema", argument, f"no table named {argument!r}; tables: {self._table_names()}", ok=False
+            )
         return ProbeResult("schema", argument, schema_text(self.db_path, [table]))
 
     def _probe_sample_values(self, argument: str, limit: int = 8) -> ProbeResult:
@@ -201,7 +346,7 @@ class SQLiteEnvironment:
         for table in sorted(names, key=len, reverse=True):  # longest first: table names may hold dots
             for quoted in (table, f'"{table}"', f"`{table}`", f"[{table}]"):
                 if text.lower().startswith(quoted.lower() + "."):
-                    column = text[len(quoted) + 1 :].strip().strip("`\"[]")
+                    column = text[len(quoted) + 1 :].strip().strip('`"[]')
                     conn = _connect(self.db_path)
                     try:
                         cols = [c[1] for c in conn.execute(f"PRAGMA table_info({_always_quote(table)})")]

@@ -27,10 +27,17 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, Execution
 from dspy_hero.execution.sqlite import SQLiteExecutor
-from dspy_hero.metrics.base import ExecutionMetric, Verdict, extract_code, get_field, prediction_text, require_fields
+from dspy_hero.metrics.base import (
+    ExecutionMetric,
+    Verdict,
+    extract_code,
+    get_field,
+    prediction_text,
+    require_fields,
+)
 from dspy_hero.metrics.compare import bird_equal, has_order_by, normalize_rows, result_eq
 
-__all__ = ["sql_execution_metric", "SQLJudge", "sql_verdict"]
+__all__ = ["SQLJudge", "sql_execution_metric", "sql_verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +110,14 @@ class SQLJudge:
                 why = f"fails with {gold.execution.error_type}"
             logger.warning("gold query %s on %s (%s): %s", why, db_path, gold.execution.describe(), gold_sql)
             note = f" {gold.execution.describe()}. Gold SQL: {gold_sql}" if self.reveal_expected else ""
-            return Verdict(0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}")
+            return Verdict(
+                0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}"
+            )
         pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
         executed = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(pred_sql)
-        return sql_verdict(executed, gold.execution, self.semantics, gold.order_matters, self.reveal_expected, gold_sql)
+        return sql_verdict(
+            executed, gold.execution, self.semantics, gold.order_matters, self.reveal_expected, gold_sql
+        )
 
 
 def sql_verdict(
@@ -123,7 +134,9 @@ def sql_verdict(
             return Verdict(0.0, "EmptyProgram: the answer contained no SQL query.")
         return Verdict(0.0, f"The query failed with {pred.error_type}: {pred.error_message}")
     if pred.truncated:
-        return Verdict(0.0, f"The query {pred.describe(max_rows=0)}; the result is too large to be the expected one.")
+        return Verdict(
+            0.0, f"The query {pred.describe(max_rows=0)}; the result is too large to be the expected one."
+        )
     if semantics == "bird":
         correct = bird_equal(pred.rows, gold.rows)
     else:

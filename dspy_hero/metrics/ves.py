@@ -15,14 +15,24 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from dspy_hero.execution.sqlite import SQLiteExecutor
 from dspy_hero.metrics.base import extract_code, get_field, prediction_text, require_fields
 from dspy_hero.metrics.compare import bird_equal
 
-__all__ = ["VESDetail", "VESResult", "time_ratio", "ves_reward", "r_ves_reward", "r_ves_bucket", "ves", "r_ves"]
+__all__ = [
+    "VESDetail",
+    "VESResult",
+    "r_ves",
+    "r_ves_bucket",
+    "r_ves_reward",
+    "time_ratio",
+    "ves",
+    "ves_reward",
+]
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,9 @@ def _timed(gold_sql: str, pred_sql: str, db_path: str, repetitions: int, timeout
     return VESDetail(True, ratio, 0.0, statistics.median(gold_times), statistics.median(pred_times))
 
 
-def time_ratio(gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0) -> float | None:
+def time_ratio(
+    gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0
+) -> float | None:
     """Mean gold/prediction time ratio after outlier removal; None when the prediction is incorrect."""
     return _timed(gold_sql, pred_sql, db_path, repetitions, timeout_s).ratio
 
@@ -112,15 +124,21 @@ def r_ves_bucket(ratio: float) -> float:
 def _with_reward(detail: VESDetail, reward_of: Callable[[float], float]) -> VESDetail:
     if not detail.correct or detail.ratio is None:
         return detail
-    return VESDetail(True, detail.ratio, reward_of(detail.ratio), detail.gold_time_s, detail.pred_time_s, detail.note)
+    return VESDetail(
+        True, detail.ratio, reward_of(detail.ratio), detail.gold_time_s, detail.pred_time_s, detail.note
+    )
 
 
-def ves_reward(gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0) -> float:
+def ves_reward(
+    gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0
+) -> float:
     """One example's VES reward: sqrt(time ratio) when correct, else 0."""
     return _with_reward(_timed(gold_sql, pred_sql, db_path, repetitions, timeout_s), math.sqrt).reward
 
 
-def r_ves_reward(gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0) -> float:
+def r_ves_reward(
+    gold_sql: str, pred_sql: str, db_path: str, repetitions: int = 10, timeout_s: float = 30.0
+) -> float:
     """One example's R-VES reward: the bucketed time ratio when correct, else 0."""
     return _with_reward(_timed(gold_sql, pred_sql, db_path, repetitions, timeout_s), r_ves_bucket).reward
 
@@ -140,13 +158,17 @@ def _corpus(
     details = []
     for ex, pred in zip(examples, predictions):
         pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
-        detail = _timed(str(get_field(ex, "gold_sql")), pred_sql, str(get_field(ex, "db_path")), repetitions, timeout_s)
+        detail = _timed(
+            str(get_field(ex, "gold_sql")), pred_sql, str(get_field(ex, "db_path")), repetitions, timeout_s
+        )
         details.append(_with_reward(detail, reward_of))
     score = 100.0 * statistics.fmean(d.reward for d in details) if details else 0.0
     return VESResult(score, tuple(details), kind, repetitions)
 
 
-def ves(examples: Sequence[Any], predictions: Sequence[Any], repetitions: int = 10, timeout_s: float = 30.0) -> VESResult:
+def ves(
+    examples: Sequence[Any], predictions: Sequence[Any], repetitions: int = 10, timeout_s: float = 30.0
+) -> VESResult:
     """BIRD VES over examples (``gold_sql``, ``db_path``) and predictions (``sql``): mean sqrt(ratio) × 100.
 
     Runs sequentially on purpose: parallel timing would measure contention, not the queries.
@@ -154,6 +176,8 @@ def ves(examples: Sequence[Any], predictions: Sequence[Any], repetitions: int = 
     return _corpus(examples, predictions, repetitions, timeout_s, math.sqrt, "ves")
 
 
-def r_ves(examples: Sequence[Any], predictions: Sequence[Any], repetitions: int = 10, timeout_s: float = 30.0) -> VESResult:
+def r_ves(
+    examples: Sequence[Any], predictions: Sequence[Any], repetitions: int = 10, timeout_s: float = 30.0
+) -> VESResult:
     """BIRD mini-dev R-VES: mean bucketed reward × 100 (at most 125)."""
     return _corpus(examples, predictions, repetitions, timeout_s, r_ves_bucket, "r_ves")
