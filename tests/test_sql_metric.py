@@ -197,3 +197,15 @@ def test_works_with_dspy_evaluate_and_infer_metric(db):
     with dspy.context(lm=lm):
         result = dspy.Evaluate(devset=devset, metric=metric, num_threads=2, display_progress=False)(program)
     assert result.score == 50.0
+
+
+@pytest.mark.parametrize("semantics", ["bird", "spider"])
+def test_two_empty_results_are_equal(db, semantics):
+    ex = example(db, "SELECT name FROM person WHERE age > 100")
+    result = sql_execution_metric(semantics)(ex, dspy.Prediction(sql="SELECT city, age FROM person WHERE 0"))
+    assert result.score == 1.0
+
+
+def test_empty_prediction_result_against_nonempty_gold(db):
+    result = sql_execution_metric("spider")(example(db), dspy.Prediction(sql="SELECT name, city FROM person WHERE 0"))
+    assert result.score == 0.0 and "returned 0 row(s)" in result.feedback and "number of rows" in result.feedback
