@@ -69,20 +69,24 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         f"- Machine: {meta.get('machine', '')}",
         "",
         "| method | pass@1 (95% CI) | Δ vs seed [95% CI] | Δ vs GEPA [95% CI] | fixes/breaks vs seed | VES | "
-        "opt. rollouts | opt. LM calls (task/refl.) | opt. tokens | eval LM calls | cum. fix:break | wall s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "opt. rollouts | opt. LM calls (task/refl.) | opt. tokens | tokens/refl. call | eval LM calls | "
+        "cum. fix:break | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in order:
         r = results.get(name)
         if r is None:
             continue
         if r.status != "done":
-            lines.append(f"| {r.label} | failed: {str(r.error)[:80]} |" + " |" * 10)
+            lines.append(f"| {r.label} | failed: {str(r.error)[:80]} |" + " |" * 11)
             continue
         vs_seed, vs_gepa = stats["vs_seed"].get(name), stats["vs_gepa"].get(name)
         opt = r.lm_optimization
         calls = f"{opt.get('task', {}).get('calls', 0)}/{opt.get('reflection', {}).get('calls', 0)}" if opt else "–"
         tokens = sum(v.get("input_tokens", 0) + v.get("output_tokens", 0) for v in opt.values()) if opt else 0
+        refl = opt.get("reflection", {}) if opt else {}
+        per_call = (f"{(refl.get('input_tokens', 0) + refl.get('output_tokens', 0)) / refl['calls']:.0f}"
+                    if refl.get("calls") else "–")
         ev_calls = sum(v.get("calls", 0) for v in r.lm_evaluation.values())
         last = r.fix_break[-1] if r.fix_break else None
         fb = f"{last['fixes']}:{last['breaks']}" if last else "–"
@@ -92,12 +96,29 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         ci = r.ci or {}
         lines.append(
             f"| {r.label} | {_pct(r.pass_at_1)} [{_pct(ci.get('low'))}, {_pct(ci.get('high'))}] | {_diff(vs_seed)} | "
-            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {ev_calls} | {fb} | "
+            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {fb} | "
             f"{r.wall_s_optimization + r.wall_s_evaluation:.1f} |"
         )
     lines += ["", "Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
               "Cumulative fix:break: HERO-O over adopted acceptance decisions (update pool); GEPA over each new "
               "candidate vs its parent on the validation set.", ""]
+    hero = results.get("hero_o")
+    if hero is not None and hero.status == "done" and hero.extras:
+        x = hero.extras
+        lines.append(
+            f"- HERO-O: adopted fixes/breaks {x.get('adopted_fixes')}/{x.get('adopted_breaks')}, all decisions "
+            f"{x.get('overall_fixes')}/{x.get('overall_breaks')}; its own metric-call count {x.get('total_metric_calls')} "
+            f"of {hero.budget}; final prompt ≈{x.get('final_prompt_tokens')} tokens; adopted per round: "
+            f"{x.get('rounds_adopted')}"
+        )
+    for name in ("hero_o_t", "hero_o_react", "react"):
+        r = results.get(name)
+        if r is not None and r.status == "done":
+            ref = r.extras.get("refinement") or {}
+            per_q = ref.get("actions_per_query", r.extras.get("interactions_per_query"))
+            lm_q = ref.get("lm_calls_per_query")
+            lines.append(f"- {r.label}: actions (environment interactions for ReAct) per query {per_q}"
+                         + (f", LM calls per query {lm_q}" if lm_q is not None else ""))
     for name in order:
         r = results.get(name)
         if r is not None and r.fix_break:

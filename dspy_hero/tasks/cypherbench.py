@@ -79,7 +79,9 @@ def graph_dump(root: Path, graph: str) -> Path | None:
         if not base.is_dir():
             continue
         for path in sorted(base.rglob(f"{graph}*")):
-            if path.is_file() and "schemas" not in path.parts and path.suffix in {".json", ".dump", ".cypher", ".gz"}:
+            stem = path.name.split(".")[0]
+            if (path.is_file() and "schemas" not in path.parts and (stem == graph or stem.startswith(graph + "_"))
+                    and path.suffix in {".json", ".dump", ".cypher", ".gz"}):
                 return path
     return None
 
