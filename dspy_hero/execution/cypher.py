@@ -1,0 +1,559 @@
+"""Cypher executors: the embedded FalkorDB engine (default) and Neo4j (when a server is configured).
+
+Both run one read-only query with a timeout and return an `Execution` whose cells are normalized the
+way CypherBench normalizes them (`to_plain` then `normalize_cell`: nodes become their property maps,
+lists are sorted inside cells, dates become ISO strings), so results from either engine feed the same
+comparator. Neither judges correctness.
+
+Read-only, in depth: (1) a lexical guard (`read_only_violation`) refuses several statements,
+``LOAD CSV`` and any procedure not known to be read-only; (2) the engine's read-only mode (FalkorDB
+``GRAPH.RO_QUERY``, Neo4j READ sessions whose transactions are always rolled back) refuses writing
+clauses and write procedures; (3) the embedded server has an empty import folder and no TCP port when
+a Unix socket is available.
+
+FalkorDB's Cypher compared with Neo4j 5 (each item verified on the embedded FalkorDB 4.16 engine):
+
+* Missing functions: ``elementId`` (use ``id``), ``datetime`` (``localdatetime`` exists and returns
+  UTC), ``duration.between``, ``date.truncate``, APOC (``apoc.*``). Date minus date is a type error.
+  ``round`` takes one argument (no precision).
+* Missing syntax: the regex operator ``=~``; ``EXISTS { ... }`` and ``COUNT { ... }`` subqueries;
+  ``exists((n)-->())`` (a bare pattern predicate ``WHERE (n)-->()`` works); label disjunction
+  ``(n:A|B)``; ``shortestPath`` in MATCH (only in WITH/RETURN); ``USE <graph>``.
+* Supported as in Neo4j: ``CALL { ... UNION ... }`` and correlated ``CALL { WITH n ... }`` subqueries,
+  list comprehensions, pattern comprehensions, ``reduce``/``any``/``all``/``none``/``single``,
+  ``OPTIONAL MATCH``, ``CASE``, ``UNION [ALL]``, ``date('…')`` with ``.year``/``.month``/``.day``,
+  ``date + duration``, string functions (``toLower``, ``toUpper``, ``trim``, ``left``, ``right``,
+  ``substring``, ``split``, ``replace``, ``reverse``, ``STARTS WITH``, ``CONTAINS``), ``collect``,
+  ``percentileCont``, ``stDev``. Nulls sort last ascending and first descending, as in Neo4j.
+* Different results: integer division truncates (``7/2 = 3``, ``-7/2 = -3``) as in Neo4j, but integer
+  overflow wraps silently (Neo4j raises); ``toString(1.0)`` is ``'1.000000'`` (Neo4j ``'1.0'``);
+  ``3.0/0`` is ``inf`` while ``3/0`` raises; ``round(2.5)`` is ``3.0``; ``toInteger(-3.9)`` is ``-4``
+  (Neo4j truncates to ``-3``); ``EXPLAIN``/``PROFILE`` prefixes inside a query simply run it.
+* All 192 gold queries of the shared CypherBench subset parse and run on FalkorDB (on empty graphs),
+  so the benchmark's gold dialect is within FalkorDB's; model predictions may not be.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from dspy_hero.execution.base import (
+    EMPTY_PROGRAM,
+    ENVIRONMENT,
+    REJECTED,
+    RESOURCE,
+    RUNTIME,
+    SYNTAX,
+    TIMEOUT,
+    Execution,
+    failed,
+)
+from dspy_hero.execution.cypher_graphs import (
+    GraphSource,
+    code_skeleton,
+    quote_name,
+    read_graph_source,
+    read_only_violation,
+)
+from dspy_hero.execution.falkordb_server import ServerLimits, ServerProcess, start_server
+from dspy_hero.metrics.compare import normalize_cell
+
+__all__ = [
+    "BoundCypherExecutor",
+    "FalkorDBExecutor",
+    "Neo4jExecutor",
+    "prepare_query",
+    "to_plain",
+]
+
+log = logging.getLogger(__name__)
+
+_BATCH = 500  # nodes or edges per loading query
+_GRACE_S = 10.0  # client-side backstop beyond the engine timeout
+
+
+# --- values -------------------------------------------------------------------------------------------
+
+
+def to_plain(value: Any) -> Any:
+    """Engine objects as plain Python data, as CypherBench's ``record.data()`` sees them.
+
+    A node becomes its property map (labels and ids dropped), a relationship ``(type, properties)``
+    (FalkorDB only reports endpoint ids, which are not comparable across loads), a path the list of its
+    nodes and relationships; durations become ISO 8601 strings. `normalize_cell` does the rest.
+    """
+    mod = type(value).__module__
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if mod.startswith("falkordb"):
+        name = type(value).__name__
+        if name == "Node":
+            return {k: to_plain(v) for k, v in (value.properties or {}).items()}
+        if name == "Edge":
+            return (value.relation, {k: to_plain(v) for k, v in (value.properties or {}).items()})
+        if name == "Path":
+            items = []
+            for i, node in enumerate(value.nodes()):
+                items.append(to_plain(node))
+                if i < len(value.edges()):
+                    items.append(to_plain(value.edges()[i]))
+            return items
+    if mod.startswith("neo4j"):
+        name = type(value).__name__
+        if name == "Node":
+            return {k: to_plain(v) for k, v in dict(value).items()}
+        if name == "Relationship":
+            return (value.type, {k: to_plain(v) for k, v in dict(value).items()})
+        if name == "Path":
+            items = []
+            for i, node in enumerate(value.nodes):
+                items.append(to_plain(node))
+                if i < len(value.relationships):
+                    items.append(to_plain(value.relationships[i]))
+            return items
+    if mod.startswith("dateutil") and type(value).__name__ == "relativedelta":
+        return _iso_duration(value)
+    if isinstance(value, _dt.timedelta):
+        return f"PT{value.total_seconds():g}S"
+    if isinstance(value, Mapping):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def _iso_duration(rd: Any) -> str:
+    date = "".join(f"{int(n)}{u}" for n, u in ((rd.years, "Y"), (rd.months, "M"), (rd.days, "D")) if n)
+    clock = "".join(
+        f"{n:g}{u}" for n, u in ((rd.hours, "H"), (rd.minutes, "M"), (rd.seconds + rd.microseconds / 1e6, "S")) if n
+    )
+    return "P" + date + (("T" + clock) if clock else "") if (date or clock) else "PT0S"
+
+
+def _normalize(rows: list) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(normalize_cell(to_plain(cell)) for cell in row) for row in rows)
+
+
+def prepare_query(cypher: Any) -> tuple[str, Execution | None]:
+    """The query text to send (one trailing ``;`` dropped), or a failed Execution saying why not."""
+    text = (cypher if isinstance(cypher, str) else "" if cypher is None else str(cypher)).strip()
+    if not code_skeleton(text).strip(" \t\r\n;"):
+        return "", failed(EMPTY_PROGRAM, "empty Cypher query")
+    text = text.removesuffix(";").rstrip()
+    why = read_only_violation(text)
+    if why:
+        return "", failed(REJECTED, f"refused before execution: {why}")
+    return text, None
+
+
+# --- FalkorDB -----------------------------------------------------------------------------------------
+
+_SYNTAX_MARKERS = (
+    "errmsg:", "invalid input", "unknown function", "not defined", "unable to resolve", "does not currently support",
+    "currently only supports", "arguments to function", "unknown procedure", "syntax error", "is not supported",
+)
+
+
+def _falkordb_error_type(message: str) -> str:
+    low = message.lower()
+    if "timed out" in low:
+        return TIMEOUT
+    if "read-only" in low or "read only" in low:
+        return REJECTED
+    if "mem consumption" in low or "memory" in low:
+        return RESOURCE
+    if any(marker in low for marker in _SYNTAX_MARKERS):
+        return SYNTAX
+    return RUNTIME
+
+
+class FalkorDBExecutor:
+    """The embedded Cypher engine: a private FalkorDB server this object starts and owns.
+
+    Load graphs with `load_graph`, then `run(cypher, graph)` read-only with a timeout. Safe to share
+    between threads (a pooled client; the engine runs read queries in parallel). A query that ignores
+    the engine timeout (a single huge expression) is cut by a client-side backstop, after which the
+    server is restarted and its graphs reloaded, so one runaway cannot wedge a long run.
+
+    Use as a context manager or call `close()`; a finalizer and a kernel death signal also stop the
+    server if the object is forgotten or the process dies.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float = 120.0,
+        max_rows: int = 100_000,
+        memory_mb: int = 1024,
+        threads: int | None = None,
+        graphs: Mapping[str, Any] | None = None,
+    ):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        if max_rows < 1 or memory_mb < 16:
+            raise ValueError("max_rows must be >= 1 and memory_mb >= 16")
+        self.timeout_s = float(timeout_s)
+        self.max_rows = int(max_rows)
+        self._limits = ServerLimits(max(1, int(self.timeout_s * 1000)), int(memory_mb), self.max_rows + 1)
+        self._threads = threads
+        self._lock = threading.RLock()
+        self._sources: dict[str, GraphSource] = {}
+        self._handles: dict[str, Any] = {}
+        self._generation = 0
+        self._closed = False
+        self._server: ServerProcess = start_server(self._limits, threads)
+        self._finalizer = weakref.finalize(self, self._server.stop)
+        self._client = self._connect(self._server)
+        try:
+            for name, source in (graphs or {}).items():
+                self.load_graph(name, source)
+        except BaseException:
+            self.close()
+            raise
+
+    # lifecycle
+
+    def _connect(self, server: ServerProcess):
+        from falkordb import FalkorDB
+
+        return FalkorDB(socket_timeout=self.timeout_s + _GRACE_S, socket_connect_timeout=5, **server.connection_kwargs())
+
+    @property
+    def pid(self) -> int:
+        """The server's process id (changes after a restart)."""
+        return self._server.pid
+
+    def alive(self) -> bool:
+        return not self._closed and self._server.alive()
+
+    def close(self) -> None:
+        """Stop the server and remove its files. Idempotent."""
+        with self._lock:
+            self._closed = True
+            try:
+                self._client.connection.close()
+            except Exception:  # closing must not raise
+                log.debug("closing the FalkorDB client failed", exc_info=True)
+            self._finalizer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"pid {self._server.pid}"
+        return f"FalkorDBExecutor({state}, graphs={sorted(self._sources)})"
+
+    def _restart(self, seen_generation: int, why: str) -> None:
+        with self._lock:
+            if self._closed or self._generation != seen_generation:
+                return  # closed, or another thread already restarted it
+            log.warning("restarting the embedded FalkorDB server (%s)", why)
+            self._finalizer()
+            self._server = start_server(self._limits, self._threads)
+            self._finalizer = weakref.finalize(self, self._server.stop)
+            self._client = self._connect(self._server)
+            self._handles.clear()
+            self._generation += 1
+            for name, source in list(self._sources.items()):
+                self._load(name, source)
+
+    # graphs
+
+    def load_graph(self, name: str, source: str | os.PathLike | Mapping, replace: bool = False) -> dict[str, int]:
+        """Load a graph from a Cypher script path, a JSON path, or a nodes/edges dict.
+
+        Returns ``{"nodes": n, "edges": m}``. An existing graph of that name is an error unless
+        `replace`; a source that fails to load leaves no partial graph behind.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"graph name must be a non-empty string, got {name!r}")
+        parsed = read_graph_source(source if isinstance(source, Mapping) else Path(source))
+        with self._lock:
+            self._check_open()
+            if name in self._sources and not replace:
+                raise ValueError(f"graph {name!r} is already loaded; pass replace=True to reload it")
+            if name in self._sources:
+                self._delete(name)
+                del self._sources[name]
+            self._load(name, parsed)
+            self._sources[name] = parsed
+            return self._counts(name)
+
+    def graph_names(self) -> list[str]:
+        """Graphs loaded into this executor."""
+        return sorted(self._sources)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this FalkorDBExecutor is closed")
+
+    def _handle(self, name: str):
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = self._handles[name] = self._client.select_graph(name)
+        return handle
+
+    def _delete(self, name: str) -> None:
+        self._handles.pop(name, None)
+        try:
+            self._client.select_graph(name).delete()
+        except Exception:  # noqa: BLE001 - nothing to delete
+            log.debug("graph %r had nothing to delete", name)
+
+    def _counts(self, name: str) -> dict[str, int]:
+        g = self._handle(name)
+        nodes = g.ro_query("MATCH (n) RETURN count(n)").result_set[0][0]
+        edges = g.ro_query("MATCH ()-[r]->() RETURN count(r)").result_set[0][0]
+        return {"nodes": int(nodes), "edges": int(edges)}
+
+    def _load(self, name: str, source: GraphSource) -> None:
+        self._handles.pop(name, None)
+        g = self._client.select_graph(name)
+        ms = self._limits.timeout_ms
+        try:
+            for i, statement in enumerate(source.statements):
+                try:
+                    g.query(statement, timeout=ms)
+                except Exception as exc:
+                    raise ValueError(f"{source.origin}: statement {i + 1} failed to load: {exc}") from exc
+            ids = self._load_nodes(g, source, ms)
+            self._load_edges(g, source, ids, ms)
+            if source.is_empty:  # materialize the (empty) graph so queries see it
+                g.query("CREATE (:_HeroEmpty)", timeout=ms)
+                g.query("MATCH (n:_HeroEmpty) DELETE n", timeout=ms)
+        except BaseException:
+            self._delete(name)
+            raise
+
+    @staticmethod
+    def _load_nodes(g, source: GraphSource, ms: int) -> dict[str, int]:
+        by_labels: dict[tuple[str, ...], list[dict]] = {}
+        for node in source.nodes:
+            by_labels.setdefault(node["labels"], []).append({"i": node["id"], "p": node["properties"]})
+        ids: dict[str, int] = {}
+        for labels, rows in by_labels.items():
+            label_text = "".join(":" + quote_name(label) for label in labels)
+            query = f"UNWIND $rows AS row CREATE (x{label_text}) SET x = row.p RETURN collect([row.i, id(x)])"
+            for start in range(0, len(rows), _BATCH):
+                result = g.query(query, {"rows": rows[start : start + _BATCH]}, timeout=ms)
+                ids.update({key: int(internal) for key, internal in result.result_set[0][0]})
+        return ids
+
+    @staticmethod
+    def _load_edges(g, source: GraphSource, ids: dict[str, int], ms: int) -> None:
+        by_type: dict[str, list[dict]] = {}
+        for edge in source.edges:
+            by_type.setdefault(edge["type"], []).append({"s": ids[edge["source"]], "t": ids[edge["target"]], "p": edge["properties"]})
+        for rel_type, rows in by_type.items():
+            query = (
+                "UNWIND $rows AS row MATCH (a) WHERE id(a) = row.s MATCH (b) WHERE id(b) = row.t "
+                f"CREATE (a)-[r:{quote_name(rel_type)}]->(b) SET r = row.p"
+            )
+            for start in range(0, len(rows), _BATCH):
+                g.query(query, {"rows": rows[start : start + _BATCH]}, timeout=ms)
+
+    # queries
+
+    def run(self, cypher: str, graph: str, timeout_s: float | None = None) -> Execution:
+        """Run one read-only query on a loaded graph; never raises for a bad query."""
+        import redis
+
+        start = time.perf_counter()
+        text, refusal = prepare_query(cypher)
+        if refusal is not None:
+            return refusal
+        if self._closed:
+            return failed(ENVIRONMENT, "the FalkorDB executor is closed")
+        if graph not in self._sources:
+            return failed(ENVIRONMENT, f"graph {graph!r} is not loaded; loaded graphs: {self.graph_names()}")
+        limit_s = self.timeout_s if timeout_s is None else min(float(timeout_s), self.timeout_s)
+        for attempt in range(2):
+            generation = self._generation
+            try:
+                result = self._handle(graph).ro_query(text, timeout=max(1, int(limit_s * 1000)))
+                break
+            except redis.ResponseError as exc:
+                message = str(exc)
+                return failed(_falkordb_error_type(message), message, time.perf_counter() - start, engine="falkordb")
+            except redis.TimeoutError:
+                self._restart(generation, "a query ran past the engine timeout")
+                return failed(
+                    TIMEOUT, f"query exceeded the {limit_s:g} s timeout (the engine was restarted to stop it)",
+                    time.perf_counter() - start, engine="falkordb",
+                )
+            except (redis.ConnectionError, OSError) as exc:
+                if attempt == 0 and not self._closed:
+                    if self._generation == generation and not self._server.alive():
+                        self._restart(generation, f"the server died ({exc})")
+                    if self._generation != generation:
+                        continue  # the server was restarted under us: try once more
+                return failed(ENVIRONMENT, f"the embedded FalkorDB server is unreachable: {exc}", time.perf_counter() - start)
+        else:  # pragma: no cover - the loop always breaks or returns
+            return failed(ENVIRONMENT, "the embedded FalkorDB server is unreachable")
+        rows = list(result.result_set)
+        truncated = len(rows) > self.max_rows
+        columns = tuple(str(h[1]) for h in result.header)
+        return Execution(
+            ok=True,
+            rows=_normalize(rows[: self.max_rows]),
+            columns=columns,
+            runtime_s=time.perf_counter() - start,
+            truncated=truncated,
+            details={"engine": "falkordb", "graph": graph},
+        )
+
+    def bound(self, graph: str) -> BoundCypherExecutor:
+        """An `Executor` (``run(program)``) fixed to one graph."""
+        return BoundCypherExecutor(self, graph)
+
+
+class BoundCypherExecutor:
+    """A Cypher executor bound to one graph, satisfying the `Executor` protocol."""
+
+    def __init__(self, executor: Any, graph: str | None):
+        self.executor = executor
+        self.graph = graph
+
+    def run(self, program: str) -> Execution:
+        return self.executor.run(program, self.graph)
+
+    def __repr__(self) -> str:
+        return f"BoundCypherExecutor({self.executor!r}, graph={self.graph!r})"
+
+
+# --- Neo4j --------------------------------------------------------------------------------------------
+
+
+def _neo4j_error_type(exc: Exception) -> str:
+    code = (getattr(exc, "code", None) or "").lower()
+    name = type(exc).__name__
+    if "timedout" in code or "timeout" in code or "terminated" in code:
+        return TIMEOUT
+    if "accessmode" in code or "forbidden" in code or "writeonreadonly" in code:
+        return REJECTED
+    if "memory" in code:
+        return RESOURCE
+    if name == "CypherSyntaxError" or ".syntaxerror" in code or "procedurenotfound" in code or "unknownfunction" in code:
+        return SYNTAX
+    if name in ("ServiceUnavailable", "SessionExpired", "AuthError") or "database.databasenotfound" in code:
+        return ENVIRONMENT
+    return RUNTIME
+
+
+class Neo4jExecutor:
+    """Cypher over a Neo4j server: READ sessions, a transaction timeout, transactions never committed.
+
+    `database` fixes the database; otherwise, with ``graph_as_database=True``, ``run(cypher, graph)``
+    uses the graph name as the database name (one database per graph, Neo4j Enterprise); else the
+    server's default database. An unreachable server raises ConnectionError at construction, before
+    any budget is spent.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        auth: tuple[str, str] | None = None,
+        database: str | None = None,
+        timeout_s: float = 120.0,
+        max_rows: int = 100_000,
+        graph_as_database: bool = False,
+        connect_timeout_s: float = 5.0,
+    ):
+        import neo4j
+
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        self.uri, self.database, self.timeout_s = uri, database, float(timeout_s)
+        self.max_rows, self.graph_as_database = int(max_rows), bool(graph_as_database)
+        try:
+            self._driver = neo4j.GraphDatabase.driver(uri, auth=auth, connection_timeout=connect_timeout_s)
+        except Exception as exc:
+            raise ValueError(f"invalid Neo4j URI {uri!r}: {exc}") from exc
+        try:
+            self._driver.verify_connectivity()
+        except Exception as exc:
+            self._driver.close()
+            raise ConnectionError(
+                f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}); check HERO_NEO4J_URI / credentials, "
+                "or unset HERO_NEO4J_URI to use the embedded FalkorDB engine"
+            ) from exc
+
+    @classmethod
+    def from_env(cls, **kwargs: Any) -> Neo4jExecutor:
+        """Configured from HERO_NEO4J_URI, HERO_NEO4J_USER, HERO_NEO4J_PASSWORD (and HERO_NEO4J_DATABASE)."""
+        uri = os.environ.get("HERO_NEO4J_URI")
+        if not uri:
+            raise ValueError("HERO_NEO4J_URI is not set")
+        user = os.environ.get("HERO_NEO4J_USER")
+        auth = (user, os.environ.get("HERO_NEO4J_PASSWORD", "")) if user else None
+        kwargs.setdefault("database", os.environ.get("HERO_NEO4J_DATABASE") or None)
+        return cls(uri, auth=auth, **kwargs)
+
+    def close(self) -> None:
+        self._driver.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def graph_names(self) -> list[str]:
+        return [self.database] if self.database else []
+
+    def run(self, cypher: str, graph: str | None = None, timeout_s: float | None = None) -> Execution:
+        import neo4j
+
+        start = time.perf_counter()
+        text, refusal = prepare_query(cypher)
+        if refusal is not None:
+            return refusal
+        database = self.database or (graph if self.graph_as_database else None)
+        limit_s = self.timeout_s if timeout_s is None else min(float(timeout_s), self.timeout_s)
+        try:
+            with self._driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
+                tx = session.begin_transaction(timeout=limit_s)
+                try:
+                    result = tx.run(text)
+                    columns = tuple(result.keys())
+                    rows = []
+                    for record in result:
+                        rows.append(record.values())
+                        if len(rows) > self.max_rows:
+                            break
+                finally:
+                    tx.rollback()  # never commit, whatever slipped through
+        except Exception as exc:  # noqa: BLE001 - every driver/server error becomes an Execution
+            return failed(_neo4j_error_type(exc), f"{type(exc).__name__}: {exc}", time.perf_counter() - start, engine="neo4j")
+        truncated = len(rows) > self.max_rows
+        return Execution(
+            ok=True,
+            rows=_normalize(rows[: self.max_rows]),
+            columns=columns,
+            runtime_s=time.perf_counter() - start,
+            truncated=truncated,
+            details={"engine": "neo4j", "database": database},
+        )
+
+    def bound(self, graph: str | None = None) -> BoundCypherExecutor:
+        return BoundCypherExecutor(self, graph)
+
+
+def __getattr__(name: str) -> Any:
+    # The environment and schema text live in cypher_probes (one job per file); re-exported here.
+    if name in ("CypherEnvironment", "graph_schema_text"):
+        from dspy_hero.execution import cypher_probes
+
+        return getattr(cypher_probes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
