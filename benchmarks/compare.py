@@ -25,14 +25,15 @@ import os
 import platform
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import dspy
 
 from dspy_hero.bench.accounting import track_usage
-from dspy_hero.bench.methods import LABELS, METHODS, NEEDS, MethodResult, RunContext, run_method
+from dspy_hero.bench.methods import METHODS, NEEDS, MethodResult, RunContext, run_method
 from dspy_hero.bench.report import markdown, plots, summary, write_json
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 

@@ -57,9 +57,9 @@ def spider_fixture(tmp_path_factory) -> Path:
     return root
 
 
-def config(out: Path, data: Path, **kw) -> "compare.CompareConfig":
-    base = dict(task="spider", data=str(data), train_size=16, test_size=16, max_metric_calls=60, auto=None,
-                threads=2, seed=0, out=str(out), simulate=True, ves_repetitions=1)
+def config(out: Path, data: Path, **kw) -> compare.CompareConfig:
+    base = {"task": "spider", "data": str(data), "train_size": 16, "test_size": 16, "max_metric_calls": 60, "auto": None,
+                "threads": 2, "seed": 0, "out": str(out), "simulate": True, "ves_repetitions": 1}
     base.update(kw)
     return compare.CompareConfig(**base)
 

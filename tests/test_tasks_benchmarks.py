@@ -107,7 +107,7 @@ def check_examples(examples, inputs, labels, program_inputs):
         assert not set(ex.inputs().keys()) & set(LABEL_FIELDS)
         for label in labels:
             assert ex[label], label
-            assert label in ex.labels().keys()
+            assert label in ex.labels()
         assert set(program_inputs) <= set(inputs)
         assert isinstance(ex["example_id"], str)
     ids = [ex.example_id for ex in examples]

@@ -40,7 +40,7 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(self.calls + other.calls, self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
     def to_dict(self) -> dict[str, int]:
@@ -103,7 +103,7 @@ class UsageMeter:
         self.lms = lms
         self._start: dict[str, Usage] = {}
 
-    def start(self) -> "UsageMeter":
+    def start(self) -> UsageMeter:
         self._start = {name: usage_of(lm) for name, lm in self.lms.items() if lm is not None}
         return self
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 
@@ -80,7 +81,7 @@ class MethodResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MethodResult":
+    def from_dict(cls, data: dict[str, Any]) -> MethodResult:
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -344,7 +345,7 @@ def run_method(ctx: RunContext, method: str) -> MethodResult:
     result = MethodResult(method=method, label=LABELS[method])
     try:
         return RUNNERS[method](ctx, result)
-    except Exception as exc:  # noqa: BLE001 - one method's failure must not lose the others
+    except Exception as exc:
         log.exception("method %s failed", method)
         result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
         return result

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dspy_hero.bench.methods import MethodResult
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
@@ -63,14 +64,14 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         "",
         f"- Split: {meta.get('split_note', '')}",
         f"- Sizes: optimization train {meta['sizes']['train']}, val {meta['sizes']['val']}; evaluation {meta['sizes']['test']}",
-        f"- Task LM: `{meta['task_lm']}`; reflection LM: `{meta['reflection_lm']}`; seed {meta['seed']}; "
-        f"budget {meta['budget']} rollouts ({meta['budget_source']})",
+        (f"- Task LM: `{meta['task_lm']}`; reflection LM: `{meta['reflection_lm']}`; seed {meta['seed']}; "
+        f"budget {meta['budget']} rollouts ({meta['budget_source']})"),
         f"- Command: `{meta.get('command', '')}`",
         f"- Machine: {meta.get('machine', '')}",
         "",
-        "| method | pass@1 (95% CI) | Δ vs seed [95% CI] | Δ vs GEPA [95% CI] | fixes/breaks vs seed | VES | "
+        ("| method | pass@1 (95% CI) | Δ vs seed [95% CI] | Δ vs GEPA [95% CI] | fixes/breaks vs seed | VES | "
         "opt. rollouts | opt. LM calls (task/refl.) | opt. tokens | tokens/refl. call | eval LM calls | "
-        "cum. fix:break | wall s |",
+        "cum. fix:break | wall s |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in order:
@@ -99,9 +100,9 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {fb} | "
             f"{r.wall_s_optimization + r.wall_s_evaluation:.1f} |"
         )
-    lines += ["", "Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
+    lines += ["", ("Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
               "Cumulative fix:break: HERO-O over adopted acceptance decisions (update pool); GEPA over each new "
-              "candidate vs its parent on the validation set.", ""]
+              "candidate vs its parent on the validation set."), ""]
     hero = results.get("hero_o")
     if hero is not None and hero.status == "done" and hero.extras:
         x = hero.extras

@@ -18,8 +18,9 @@ import hashlib
 import itertools
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import dspy
 
@@ -56,7 +57,7 @@ class SimulatedWorld:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_examples(cls, examples: Sequence[dspy.Example], **kw: Any) -> "SimulatedWorld":
+    def from_examples(cls, examples: Sequence[dspy.Example], **kw: Any) -> SimulatedWorld:
         return cls({ex.question: ex.gold_sql for ex in examples}, **kw)
 
     def hard(self, question: str) -> bool:

@@ -8,8 +8,8 @@ correct intervals for "HERO-O minus GEPA" than two separate intervals would.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

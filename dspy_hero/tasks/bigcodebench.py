@@ -18,8 +18,9 @@ import ast
 import gzip
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import dspy
 

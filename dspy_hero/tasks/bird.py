@@ -55,7 +55,7 @@ def read_bird(root: Path, split: str) -> tuple[list[dspy.Example], dict[str, obj
         return [], {"file": None}
     rows = read_json(qfile)
     if not isinstance(rows, list):
-        raise ValueError(f"{qfile}: expected a JSON list of questions")
+        raise ValueError(f"{qfile}: expected a JSON list of questions")  # noqa: TRY004 - bad data, not a bad argument
     tables_file = _first(root, [f"{split}/{split}_tables.json", f"{split}_tables.json", "dev_tables.json"], "file")
     tables = {t["db_id"]: t for t in read_json(tables_file)} if tables_file else {}
     schemas: dict[str, str] = {}

@@ -89,14 +89,14 @@ def graph_dump(root: Path, graph: str) -> Path | None:
 def to_example(row: dict[str, Any], schemas: dict[str, str], root: Path | None) -> dspy.Example:
     graph = row["graph"]
     dump = graph_dump(root, graph) if root is not None else None
-    fields = dict(
-        example_id=f"cypherbench/{row.get('qid')}",
-        question=row.get("nl_question") or row["question"],
-        graph_schema=schemas.get(graph, ""),
-        graph=graph,
-        graph_source=str(dump) if dump else "",
-        gold_cypher=row["gold_cypher"],
-    )
+    fields = {
+        "example_id": f"cypherbench/{row.get('qid')}",
+        "question": row.get("nl_question") or row["question"],
+        "graph_schema": schemas.get(graph, ""),
+        "graph": graph,
+        "graph_source": str(dump) if dump else "",
+        "gold_cypher": row["gold_cypher"],
+    }
     return dspy.Example(**fields).with_inputs(*INPUTS)
 
 

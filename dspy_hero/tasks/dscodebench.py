@@ -11,8 +11,9 @@ Candidates are judged by `ds_outputs_metric` (200 seeded generated inputs, outpu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import dspy
 

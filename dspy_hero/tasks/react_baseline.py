@@ -9,7 +9,8 @@ submitted whatever it is, which is the point of comparison with HERO-T's gated r
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import dspy
 

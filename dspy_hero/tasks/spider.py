@@ -39,7 +39,7 @@ def read_spider(root: Path, file: str = "dev.json") -> tuple[list[dspy.Example],
     """Examples of one Spider question file whose database is present and whose gold executes there."""
     rows = read_json(root / file)
     if not isinstance(rows, list):
-        raise ValueError(f"{root / file}: expected a JSON list of questions")
+        raise ValueError(f"{root / file}: expected a JSON list of questions")  # noqa: TRY004 - bad data, not a bad argument
     stats = {"rows": len(rows), "gold_fails": 0, "no_database": 0, "gold_empty": 0}
     schemas: dict[str, str] = {}
     examples = []

@@ -9,8 +9,9 @@ split returns a note saying exactly what it did.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import dspy
 
