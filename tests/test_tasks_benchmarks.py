@@ -315,3 +315,62 @@ def test_find_data_dir_env(monkeypatch, tmp_path):
     (tmp_path / "spider").mkdir()
     monkeypatch.setenv("HERO_DATA_DIR", str(tmp_path))
     assert find_data_dir("spider") == tmp_path / "spider"
+
+
+def simplekg(graph: str) -> dict:
+    return {
+        "schema": {"name": graph, "entities": [], "relations": []},
+        "entities": [
+            {"eid": "Painting#Q1", "label": "Painting", "name": "Mona Lisa", "aliases": [], "description": None,
+             "properties": {"inception": "1503-01-01"}, "provenance": []},
+            {"eid": "Painting#Q2", "label": "Painting", "name": "Guernica", "aliases": [], "description": None,
+             "properties": {}, "provenance": []},
+            {"eid": "Museum#Q3", "label": "Museum", "name": "Louvre", "aliases": [], "description": None,
+             "properties": {}, "provenance": []},
+            {"eid": "Museum#Q4", "label": "Museum", "name": "Reina Sofia", "aliases": [], "description": None,
+             "properties": {}, "provenance": []},
+        ],
+        "relations": [
+            {"rid": "0", "label": "displayedAt", "subj_id": "Painting#Q1", "obj_id": "Museum#Q3", "properties": {}},
+            {"rid": "1", "label": "displayedAt", "subj_id": "Painting#Q2", "obj_id": "Museum#Q4", "properties": {}},
+        ],
+    }
+
+
+def test_cypherbench_simplekg_dump_is_converted_for_the_engine(cypher_dir, tmp_path):
+    from dspy_hero.execution.cypher_graphs import read_graph_source
+
+    dumps = cypher_dir / "graphs" / "simplekg"
+    dumps.mkdir()
+    (dumps / "art.json").write_text(json.dumps(simplekg("art")))
+    cache = tmp_path / "cache"
+    s = cypherbench.cypherbench_split(data_dir=cypher_dir, cache_dir=cache)
+    art = [e for e in s.train + s.test if e.graph == "art"]
+    assert art and all(e.graph_source.startswith(str(cache)) for e in art)
+    assert all(e.graph_source == "" for e in s.train + s.test if e.graph == "nba")
+    parsed = read_graph_source(art[0].graph_source)
+    assert len(parsed.nodes) == 4 and len(parsed.edges) == 2
+    assert "Graph dumps present for: art" in s.note
+    again = cypherbench.cypherbench_split(data_dir=cypher_dir, cache_dir=cache)  # cached conversion reused
+    assert [e.graph_source for e in again.train] == [e.graph_source for e in s.train]
+    bad = simplekg("art")
+    bad["relations"][0]["obj_id"] = "Museum#nope"
+    with pytest.raises(ValueError, match="not an entity"):
+        cypherbench.simplekg_to_graph(bad)
+
+
+def test_cypherbench_metric_runs_on_a_converted_dump(cypher_dir, tmp_path):
+    pytest.importorskip("dspy_hero.metrics.cypher")
+    dumps = cypher_dir / "graphs" / "simplekg"
+    dumps.mkdir()
+    (dumps / "art.json").write_text(json.dumps(simplekg("art")))
+    task = cypherbench.load_cypherbench(data_dir=cypher_dir, cache_dir=tmp_path / "cache")
+    try:
+        ex = next(e for e in task.train + task.test if e.graph == "art")
+        gold = dspy.Example(**{**ex.toDict(), "gold_cypher": "MATCH (p:Painting)-[:displayedAt]->(m:Museum) RETURN m.name"})
+        same = dspy.Prediction(cypher="MATCH (m:Museum)<-[:displayedAt]-(:Painting) RETURN m.name AS museum")
+        other = dspy.Prediction(cypher="MATCH (m:Museum) WHERE m.name = 'Louvre' RETURN m.name")
+        assert task.metric(gold, same).score == 1.0
+        assert task.metric(gold, other).score == 0.0
+    finally:
+        task.close()

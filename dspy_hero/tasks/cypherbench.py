@@ -15,6 +15,8 @@ overlap). Without TRAIN, the test questions are split at the question level (see
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ import dspy
 from dspy_hero.tasks.base import Task
 from dspy_hero.tasks.benchmarks import build_task, read_json
 from dspy_hero.tasks.hub import find_data_dir, load_hub_rows
-from dspy_hero.tasks.splits import Split, cap, split_by_fraction
+from dspy_hero.tasks.splits import Split, cap, split_by_fraction, stable_key
 
 INPUTS = ("question", "graph_schema", "graph", "graph_source")
 PROGRAM_INPUTS = ("question", "graph_schema")
@@ -86,9 +88,56 @@ def graph_dump(root: Path, graph: str) -> Path | None:
     return None
 
 
-def to_example(row: dict[str, Any], schemas: dict[str, str], root: Path | None) -> dspy.Example:
+def simplekg_to_graph(kg: dict[str, Any]) -> dict[str, Any]:
+    """CypherBench's SimpleKG dump (``entities``/``relations``) as the engine's nodes/edges document.
+
+    Nodes get their label and ``name`` plus their typed properties (what the official schemas list);
+    relations keep their properties. Endpoints missing from the entity list are an error, not a drop.
+    """
+    nodes = [{"id": e["eid"], "labels": [e["label"]], "properties": {"name": e.get("name"), **(e.get("properties") or {})}}
+             for e in kg.get("entities", [])]
+    ids = {n["id"] for n in nodes}
+    edges = []
+    for r in kg.get("relations", []):
+        for end in ("subj_id", "obj_id"):
+            if r[end] not in ids:
+                raise ValueError(f"SimpleKG relation {r.get('rid')!r}: {end} {r[end]!r} is not an entity")
+        edges.append({"source": r["subj_id"], "target": r["obj_id"], "type": r["label"], "properties": r.get("properties") or {}})
+    for n in nodes:
+        n["properties"] = {k: v for k, v in n["properties"].items() if v is not None}
+    return {"nodes": nodes, "edges": edges}
+
+
+def _is_simplekg(path: Path) -> bool:
+    with open(path, encoding="utf-8") as fh:
+        head = fh.read(4096)
+    return '"entities"' in head and '"nodes"' not in head
+
+
+def engine_source(dump: Path, cache_dir: Path | None = None) -> Path:
+    """A file the engine loads: the dump itself, or its SimpleKG conversion cached by (path, size, mtime)."""
+    if dump.suffix != ".json" or not _is_simplekg(dump):
+        return dump
+    st = dump.stat()
+    key = stable_key(f"{dump.resolve()}|{st.st_size}|{st.st_mtime_ns}", 0)[:16]
+    base = cache_dir or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dspy-hero" / "cypherbench"
+    target = base / f"{dump.name.split('.')[0]}-{key}.json"
+    if not target.is_file():
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(simplekg_to_graph(read_json(dump))), encoding="utf-8")
+        os.replace(tmp, target)
+    return target
+
+
+def to_example(row: dict[str, Any], schemas: dict[str, str], root: Path | None,
+               sources: dict[str, str] | None = None) -> dspy.Example:
     graph = row["graph"]
-    dump = graph_dump(root, graph) if root is not None else None
+    dump = None
+    if sources is not None and graph in sources:
+        dump = sources[graph]
+    elif root is not None:
+        dump = graph_dump(root, graph)
     fields = {
         "example_id": f"cypherbench/{row.get('qid')}",
         "question": row.get("nl_question") or row["question"],
@@ -101,7 +150,8 @@ def to_example(row: dict[str, Any], schemas: dict[str, str], root: Path | None) 
 
 
 def cypherbench_split(
-    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None, **_: object
+    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None,
+    cache_dir=None, **_: object
 ) -> Split:
     """CypherBench TRAIN/TEST when both are present, else a seeded question-level split of what is."""
     root = find_data_dir("cypherbench", data_dir)
@@ -120,9 +170,14 @@ def cypherbench_split(
         schemas, schema_source, source = {}, "none (hub rows only; clone the dataset repo for schemas)", HUB_REPO
     if not isinstance(test_rows, list) or not test_rows:
         raise ValueError(f"cypherbench: no questions in {source}")
-    test_all = [to_example(r, schemas, root) for r in test_rows]
+    sources: dict[str, str] = {}
+    for graph in sorted({r["graph"] for r in [*test_rows, *train_rows]}) if root is not None else ():
+        dump = graph_dump(root, graph)
+        if dump is not None:
+            sources[graph] = str(engine_source(dump, Path(cache_dir) if cache_dir else None))
+    test_all = [to_example(r, schemas, root, sources) for r in test_rows]
     if train_rows:
-        train = [to_example(r, schemas, root) for r in train_rows]
+        train = [to_example(r, schemas, root, sources) for r in train_rows]
         test = test_all
         how = f"paper split: TRAIN ({len(train)}) for optimization, question-level TEST ({len(test)}) for evaluation"
     else:
@@ -145,10 +200,12 @@ def cypherbench_split(
 
 
 def load_cypherbench(
-    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None, **_: object
+    data_dir=None, split_seed: int = 0, limit: int | None = None, test_fraction: float = 0.5, engine: Any = None,
+    cache_dir=None, **_: object
 ) -> Task:
     """The CypherBench Task: the pools of `cypherbench_split`, the official metric and the paper-style seed program."""
-    split = cypherbench_split(data_dir=data_dir, split_seed=split_seed, limit=limit, test_fraction=test_fraction, engine=engine)
+    split = cypherbench_split(data_dir=data_dir, split_seed=split_seed, limit=limit, test_fraction=test_fraction,
+                              engine=engine, cache_dir=cache_dir)
 
     def metric():
         from dspy_hero.metrics.cypher import cypher_execution_metric
