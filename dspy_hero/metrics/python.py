@@ -17,7 +17,14 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, TIMEOUT, Execution
 from dspy_hero.execution.python import PythonSandbox
-from dspy_hero.metrics.base import ExecutionMetric, Verdict, extract_code, get_field, prediction_text, require_fields
+from dspy_hero.metrics.base import (
+    ExecutionMetric,
+    Verdict,
+    extract_code,
+    get_field,
+    prediction_text,
+    require_fields,
+)
 
 _DRIVER_PATH = Path(__file__).with_name("ds_driver.py")
 _MAX_RAW = 2000
