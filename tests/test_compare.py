@@ -200,3 +200,25 @@ def test_react_baseline_revises_from_execution_and_stops(spider_fixture):
     with dspy.context(lm=stubborn):
         pred = module(**ex.inputs())
     assert len(pred.react_steps) == 3 and pred.sql == "SELEC still broken"  # no gate: last revision submitted
+
+
+def test_a_failing_method_is_recorded_not_raised(spider_fixture, tmp_path):
+    from dspy_hero.bench.methods import RunContext, run_method
+    from dspy_hero.tasks.spider import load_spider
+
+    task = load_spider(data_dir=spider_fixture, limit=4)
+
+    def broken_environment(example):
+        raise RuntimeError("engine down")
+
+    task.environment_for = broken_environment
+    lm = scripted_lm(lambda req: {"sql": "SELECT 1"})
+    ctx = RunContext(task=task, train=task.train, val=task.train, test=task.test, task_lm=lm, reflection_lm=lm,
+                     budget=4, threads=1, out_dir=tmp_path, ves_repetitions=0)
+    seed = run_method(ctx, "seed")
+    assert seed.status == "done" and len(seed.outcomes) == len(task.test)
+    react = run_method(ctx, "react")  # every example's environment fails: scored 0, recorded per example
+    assert react.status == "done" and all(o["error"] and "engine down" in o["error"] for o in react.outcomes)
+    missing = run_method(ctx, "hero_o_react")  # needs HERO-O's prompt, which never ran here
+    if "hero_o" not in ctx.programs:
+        assert missing.status == "failed" and "HERO-O has not run" in missing.error

@@ -211,6 +211,7 @@ def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
 
     log_dir = ctx.out_dir / "logs" / "hero_o"
     log_dir.mkdir(parents=True, exist_ok=True)
+    result.extras["resumed_from_checkpoint"] = any(log_dir.iterdir())
 
     def compile_fn(metric):
         opt = HeroOptimizer(**accepted_kwargs(
@@ -223,7 +224,7 @@ def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
     result.fix_break = hero_fix_break(detailed) if detailed is not None else []
     if detailed is not None and hasattr(detailed, "to_dict"):
         d = detailed.to_dict()
-        result.extras = {k: d.get(k) for k in ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio",
+        result.extras |= {k: d.get(k) for k in ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio",
                                                  "overall_fixes", "overall_breaks", "overall_fix_break_ratio",
                                                  "tokens_per_optimization_call", "final_prompt_tokens",
                                                  "total_metric_calls", "final_entry_id", "pools")}
@@ -235,6 +236,7 @@ def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
 def run_gepa(ctx: RunContext, result: MethodResult) -> MethodResult:
     log_dir = ctx.out_dir / "logs" / "gepa"
     log_dir.mkdir(parents=True, exist_ok=True)
+    resumed = any(log_dir.iterdir())
 
     def compile_fn(metric):
         gepa = dspy.GEPA(metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
@@ -247,7 +249,9 @@ def run_gepa(ctx: RunContext, result: MethodResult) -> MethodResult:
     reflection_calls = result.lm_optimization.get("reflection", {}).get("calls", 0)
     tokens = sum(result.lm_optimization.get("reflection", {}).get(k, 0) for k in ("input_tokens", "output_tokens"))
     result.extras = {"candidates": len(detailed.candidates) if detailed else None,
-                     "tokens_per_optimization_call": tokens / reflection_calls if reflection_calls else None}
+                     "tokens_per_optimization_call": tokens / reflection_calls if reflection_calls else None,
+                     "total_metric_calls": getattr(detailed, "total_metric_calls", None),
+                     "resumed_from_checkpoint": resumed}
     return evaluate(ctx, optimized, result)
 
 

@@ -101,8 +101,12 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             f"{r.wall_s_optimization + r.wall_s_evaluation:.1f} |"
         )
     lines += ["", ("Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
+              "Opt. rollouts: metric calls counted by the harness / budget given. "
               "Cumulative fix:break: HERO-O over adopted acceptance decisions (update pool); GEPA over each new "
               "candidate vs its parent on the validation set."), ""]
+    resumed = [results[m].label for m in order if m in results and results[m].extras.get("resumed_from_checkpoint")]
+    if resumed:
+        lines.append(f"- Resumed from a checkpoint (counted rollouts cover only the resumed part): {', '.join(resumed)}")
     hero = results.get("hero_o")
     if hero is not None and hero.status == "done" and hero.extras:
         x = hero.extras
