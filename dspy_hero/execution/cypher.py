@@ -77,7 +77,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _BATCH = 500  # nodes or edges per loading query
-_GRACE_S = 10.0  # client-side backstop beyond the engine timeout
+
+
+def _grace_s(timeout_s: float) -> float:
+    """How long the client waits beyond the engine timeout before cutting a runaway (2 to 10 s)."""
+    return min(10.0, max(2.0, timeout_s))
 
 
 # --- values -------------------------------------------------------------------------------------------
@@ -223,7 +227,7 @@ class FalkorDBExecutor:
     def _connect(self, server: ServerProcess):
         from falkordb import FalkorDB
 
-        return FalkorDB(socket_timeout=self.timeout_s + _GRACE_S, socket_connect_timeout=5, **server.connection_kwargs())
+        return FalkorDB(socket_timeout=self.timeout_s + _grace_s(self.timeout_s), socket_connect_timeout=5, **server.connection_kwargs())
 
     @property
     def pid(self) -> int:
@@ -258,7 +262,8 @@ class FalkorDBExecutor:
             if self._closed or self._generation != seen_generation:
                 return  # closed, or another thread already restarted it
             log.warning("restarting the embedded FalkorDB server (%s)", why)
-            self._finalizer()
+            self._finalizer.detach()
+            self._server.stop(grace_s=1.0)
             self._server = start_server(self._limits, self._threads)
             self._finalizer = weakref.finalize(self, self._server.stop)
             self._client = self._connect(self._server)
