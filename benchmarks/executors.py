@@ -10,7 +10,8 @@ Prints three measurements (issue 2's targets in brackets):
 * Python sandbox: median wall ms of ``PythonSandbox.run("pass")`` minus that of a bare
   ``python -I -S -c pass`` with the same interpreter and flags the sandbox uses (plain
   ``python -c pass`` is printed too). [≤ 40 ms added per run]
-* FalkorDB: median latency of read queries through ``FalkorDBExecutor`` on a small graph.
+* FalkorDB: median latency of read queries through ``FalkorDBExecutor`` on a small graph (and the
+  embedded server's start-up time).
 
 Sections whose executor is not importable are skipped with a message. Usage::
 
@@ -183,9 +184,9 @@ def measure_sandbox(runs: int) -> dict:
 # --- FalkorDB --------------------------------------------------------------------------------------
 
 GRAPH_SCRIPT = "\n".join(
-    [f"CREATE (:Person {{id: {i}, name: 'p{i}', age: {18 + i % 60}}})" for i in range(200)]
+    [f"CREATE (:Person {{id: {i}, name: 'p{i}', age: {18 + i % 60}}});" for i in range(200)]
     + [
-        f"MATCH (a:Person {{id: {i}}}), (b:Person {{id: {(i * 7 + 3) % 200}}}) CREATE (a)-[:KNOWS]->(b)"
+        f"MATCH (a:Person {{id: {i}}}), (b:Person {{id: {(i * 7 + 3) % 200}}}) CREATE (a)-[:KNOWS]->(b);"
         for i in range(200)
     ]
 )
@@ -203,31 +204,32 @@ def measure_falkordb(repeats: int) -> dict:
     except Exception as exc:  # noqa: BLE001 - another module's job; report instead of failing
         return {"skipped": f"dspy_hero.execution.cypher.FalkorDBExecutor not importable: {exc}"}
     with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp:
-        script = Path(tmp) / "graph.cypher"
+        script = Path(tmp) / "people.cypher"
         script.write_text(GRAPH_SCRIPT + "\n")
+        start = time.perf_counter()
         try:
-            executor = FalkorDBExecutor(str(script))
+            executor = FalkorDBExecutor(timeout_s=30.0)
         except Exception as exc:  # noqa: BLE001 - report why the engine did not start
-            return {
-                "skipped": f"could not start FalkorDBExecutor on a Cypher script: {type(exc).__name__}: {exc}"
-            }
+            return {"skipped": f"could not start FalkorDBExecutor: {type(exc).__name__}: {exc}"}
+        startup = time.perf_counter() - start
         try:
-            first = executor.run(CYPHER_QUERIES[0])
+            counts = executor.load_graph("people", script)
+            first = executor.run(CYPHER_QUERIES[0], "people")
             if not first.ok:
                 return {"skipped": f"FalkorDB query failed: {first.describe()}"}
             times = []
             for _ in range(repeats):
                 for query in CYPHER_QUERIES:
                     start = time.perf_counter()
-                    result = executor.run(query)
+                    result = executor.run(query, "people")
                     times.append(time.perf_counter() - start)
                     if not result.ok:
                         return {"skipped": f"FalkorDB query failed: {result.describe()}"}
         finally:
-            close = getattr(executor, "close", None)
-            if callable(close):
-                close()
+            executor.close()
     return {
+        "graph": counts,
+        "server_startup_ms": 1e3 * startup,
         "queries": len(times),
         "latency_ms_median": 1e3 * statistics.median(times),
         "latency_ms_p90": 1e3 * sorted(times)[int(0.9 * (len(times) - 1))],
@@ -273,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FalkorDB: skipped ({fk['skipped']})")
         else:
             print(
-                f"FalkorDB query latency ({fk['queries']} queries): median {fk['latency_ms_median']:.2f} ms, "
-                f"p90 {fk['latency_ms_p90']:.2f} ms"
+                f"FalkorDB query latency ({fk['queries']} queries on a {fk['graph']['nodes']}-node graph): "
+                f"median {fk['latency_ms_median']:.2f} ms, p90 {fk['latency_ms_p90']:.2f} ms "
+                f"(server start-up {fk['server_startup_ms']:.0f} ms)"
             )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
