@@ -84,6 +84,9 @@ def bcb_row(i: int, libs: list[str]) -> dict:
 @pytest.fixture
 def bcb_dir(tmp_path: Path) -> Path:
     rows = [bcb_row(i, ["random", "itertools"] if i % 2 else ["numpy", "os"]) for i in range(12)]
+    sneaky = bcb_row(12, ["random", "itertools"])  # libs say stdlib, but its tests import a third-party package
+    sneaky["test"] = "import unittest\nfrom faker import Faker\nclass TestCases(unittest.TestCase):\n    pass\n"
+    rows.append(sneaky)
     with gzip.open(tmp_path / "bigcodebench_part.jsonl.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(r) for r in rows) + "\n")
     return tmp_path
@@ -169,11 +172,11 @@ def test_cypherbench_fixture(cypher_dir):
 def test_bigcodebench_fixture_split_ratio_and_stdlib_filter(bcb_dir):
     s = check_split(bigcodebench.bigcodebench_split, None, data_dir=bcb_dir)
     check_examples(s.train + s.test, bigcodebench.INPUTS, ["test_code"], bigcodebench.PROGRAM_INPUTS)
-    assert len(s.train) == round(12 * 500 / 1137) and len(s.train) + len(s.test) == 12
+    assert len(s.train) == round(13 * 500 / 1137) and len(s.train) + len(s.test) == 13
     assert s.train[0].prompt.startswith("Write task")
     std = bigcodebench.bigcodebench_split(data_dir=bcb_dir, stdlib_only=True)
     assert all(set(e.libs) == {"random", "itertools"} for e in std.train + std.test)
-    assert "6 dropped by stdlib_only" in std.note
+    assert "7 dropped by stdlib_only" in std.note and "BigCodeBench/12" not in {e.example_id for e in std.train + std.test}
     ex = next(e for e in s.train + s.test if "numpy" in e.libs)
     assert ex.library == "numpy"
     excl = bigcodebench.bigcodebench_split(data_dir=bcb_dir, exclude=["BigCodeBench/0"])

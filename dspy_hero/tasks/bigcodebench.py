@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -60,6 +61,27 @@ def parse_libs(value: Any) -> list[str]:
 
 def is_stdlib(libs: Iterable[str]) -> bool:
     return all(lib.split(".")[0] in sys.stdlib_module_names for lib in libs)
+
+
+def imported_modules(code: str) -> set[str]:
+    """Top-level module names a piece of code imports (tests sometimes import more than ``libs`` lists)."""
+    try:
+        tree = ast.parse(code or "")
+    except SyntaxError:
+        return set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", code or "", re.MULTILINE))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def runs_on_stdlib(example: dspy.Example) -> bool:
+    """True when the listed libraries and everything the prompt, solution and tests import are stdlib."""
+    sources = (example.code_prompt, example.code_prompt + example.canonical_solution, example.test_code)
+    return is_stdlib(example.libs) and all(is_stdlib(imported_modules(code)) for code in sources)
 
 
 def primary_library(libs: list[str]) -> str:
@@ -110,7 +132,7 @@ def bigcodebench_split(
     examples = [to_example(r, variant) for r in rows if r["task_id"] not in excluded]
     n_loaded = len(examples)
     if stdlib_only:
-        examples = [ex for ex in examples if is_stdlib(ex.libs)]
+        examples = [ex for ex in examples if runs_on_stdlib(ex)]
     if len(examples) < 2:
         raise ValueError(f"bigcodebench: only {len(examples)} task(s) left from {source}")
     fraction = PAPER_TRAIN / (PAPER_TRAIN + PAPER_TEST)
@@ -119,7 +141,7 @@ def bigcodebench_split(
     note = (
         f"BigCodeBench-{variant.capitalize()} from {source}: {len(rows)} tasks, {len(excluded & {r['task_id'] for r in rows})} "
         f"excluded by request, {n_loaded - len(examples) if stdlib_only else 0} dropped by stdlib_only"
-        f"{' (kept tasks whose libs are all standard library)' if stdlib_only else ''}; {len(examples)} split "
+        f"{' (kept tasks whose libs and the imports of prompt, solution and tests are all standard library)' if stdlib_only else ''}; {len(examples)} split "
         f"at the task level in the paper's ratio {PAPER_TRAIN}:{PAPER_TEST} (seed {split_seed}) into "
         f"{len(train)} optimization / {len(test)} evaluation"
         + (f", each pool capped at {limit}" if limit is not None else "")
