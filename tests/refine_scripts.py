@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dspy_hero.lm.scripted import ScriptedRequest, scripted_lm
 

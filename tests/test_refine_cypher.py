@@ -9,12 +9,13 @@ import pytest
 
 cypher = pytest.importorskip("dspy_hero.execution.cypher", reason="dspy_hero.execution.cypher (Cypher helper) missing")
 
-from dspy_hero.execution.environments import environment_for  # noqa: E402
-from dspy_hero.refine.demos import DemoBank  # noqa: E402
-from dspy_hero.refine.module import HeroRefine  # noqa: E402
-from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE  # noqa: E402
-from dspy_hero.tasks.programs import GenerateProgram  # noqa: E402
-from refine_scripts import RoleScript  # noqa: E402
+from refine_scripts import RoleScript
+
+from dspy_hero.execution.environments import environment_for
+from dspy_hero.refine.demos import DemoBank
+from dspy_hero.refine.module import HeroRefine
+from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE
+from dspy_hero.tasks.programs import GenerateProgram
 
 SCRIPT = """
 CREATE (a:Person {name: 'Ann', born: 1970}), (b:Person {name: 'Bob', born: 1980}),

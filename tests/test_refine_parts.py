@@ -88,7 +88,7 @@ def test_choose_demos_caps_and_falls_back(answer, expected):
 
 
 def test_choose_demos_skips_the_selector_when_few_are_found():
-    demos, note = choose_demos(_bank(), "stadium capacity", "t", k=8, max_demos=3,
+    demos, _ = choose_demos(_bank(), "stadium capacity", "t", k=8, max_demos=3,
                                select=lambda *a: pytest.fail("selector called"))
     assert [d.program for d in demos] == ["SELECT capacity FROM stadium"]
 

@@ -9,12 +9,13 @@ python_probes = pytest.importorskip(
     "dspy_hero.execution.python_probes", reason="dspy_hero.execution.python_probes (Python helper) missing"
 )
 
-from dspy_hero.execution.environments import environment_for  # noqa: E402
-from dspy_hero.execution.python import PythonSandbox  # noqa: E402
-from dspy_hero.refine.module import HeroRefine  # noqa: E402
-from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE  # noqa: E402
-from dspy_hero.tasks.programs import GenerateProgram  # noqa: E402
-from refine_scripts import RoleScript  # noqa: E402
+from refine_scripts import RoleScript
+
+from dspy_hero.execution.environments import environment_for
+from dspy_hero.execution.python import PythonSandbox
+from dspy_hero.refine.module import HeroRefine
+from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE
+from dspy_hero.tasks.programs import GenerateProgram
 
 PROMPT = '''Return the sum of the even numbers in a list of integers.
 

@@ -7,13 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dspy
 import pytest
+from refine_scripts import RoleScript
 
 from dspy_hero.execution.environments import environment_for
 from dspy_hero.refine.demos import DemoBank
 from dspy_hero.refine.module import HeroRefine
 from dspy_hero.refine.trace import ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE
 from dspy_hero.tasks.programs import GenerateProgram
-from refine_scripts import RoleScript
 
 pytest.importorskip("dspy_hero.execution.sqlite_probes")
 

@@ -8,8 +8,8 @@ budget, so a confused refiner cannot loop for free.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dspy_hero.refine.demos import Demo, DemoBank
 from dspy_hero.refine.trace import DIAGNOSE, INVALID, PROBE, RETRIEVE, REVISE, STOP

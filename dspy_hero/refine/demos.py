@@ -13,9 +13,10 @@ import logging
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import dspy
 
@@ -28,8 +29,7 @@ QUERY_FIELDS = ("question", "evidence", "prompt", "instruct_prompt", "code_promp
 GOLD_FIELDS = {"gold_sql": "sql", "gold_cypher": "cypher", "ground_truth_code": "python", "canonical_solution": "python"}
 
 _STOP = frozenset(
-    "a an and are as at be by for from how in is it its of on or that the this to was what which who with "
-    "list show give find return all each".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "how", "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "what", "which", "who", "with", "list", "show", "give", "find", "return", "all", "each"]
 )
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
@@ -147,7 +147,7 @@ class DemoBank:
         metric: Callable[..., Any] | None = None,
         program_field: str | None = None,
         environment: Callable[[Any], Any] | None = None,
-    ) -> "DemoBank":
+    ) -> DemoBank:
         """Keep training examples whose own (gold) program is verified.
 
         With `metric`, verified means the metric scores the gold program 1.0 (needed for Python, where
@@ -177,7 +177,7 @@ class DemoBank:
     @classmethod
     def from_program(
         cls, program: Any, trainset: Iterable[Any], metric: Callable[..., Any], threshold: float = 1.0
-    ) -> "DemoBank":
+    ) -> DemoBank:
         """Keep the programs `program` generated for training examples that scored >= `threshold`.
 
         Useful when the training set has no gold programs, only tests (e.g. Python tasks).
@@ -192,7 +192,7 @@ class DemoBank:
             try:
                 pred = program(**dict(inputs))
                 score = score_of(metric(example, pred))
-            except Exception as exc:  # one bad example must not lose the bank
+            except Exception as exc:  # noqa: BLE001 - one bad example must not lose the bank
                 logger.warning("from_program: example skipped (%s: %s)", type(exc).__name__, exc)
                 stats["error"] += 1
                 continue
@@ -213,7 +213,7 @@ class DemoBank:
         return {"version": 1, "demos": [asdict(d) for d in self.demos], "stats": dict(self.stats)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DemoBank":
+    def from_dict(cls, data: dict[str, Any]) -> DemoBank:
         if not isinstance(data, dict) or "demos" not in data:
             raise ValueError("not a DemoBank dict: expected a mapping with a 'demos' list")
         demos = [Demo(dict(d["inputs"]), d["program"], d["language"], d.get("source", "gold")) for d in data["demos"]]
@@ -223,7 +223,7 @@ class DemoBank:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> "DemoBank":
+    def load(cls, path: str | Path) -> DemoBank:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -259,7 +259,7 @@ def _verify(example, program, language, metric, environment, envs) -> tuple[bool
     if metric is not None:
         try:
             score = score_of(metric(example, dspy.Prediction(**{PREDICTION_FIELDS[language]: program})))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - logged; the example is left out
             logger.warning("DemoBank: metric failed on an example (%s: %s)", type(exc).__name__, exc)
             return False, "error"
         return (True, "") if score >= 1.0 else (False, "failed_metric")
@@ -276,7 +276,7 @@ def _verify(example, program, language, metric, environment, envs) -> tuple[bool
                 if key is not None:
                     envs[key] = env
         execution = env.execute(program)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - logged; the example is left out
         logger.warning("DemoBank: could not execute an example (%s: %s)", type(exc).__name__, exc)
         return False, "error"
     if not execution.ok:

@@ -11,8 +11,8 @@ the current program, so a bad proposal costs an action but cannot make the resul
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from dspy_hero.execution.base import Environment, Execution
 from dspy_hero.refine.trace import GateVerdict

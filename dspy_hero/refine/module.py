@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
@@ -37,8 +38,18 @@ from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
 from dspy_hero.refine.trace import (
-    DIAGNOSE, ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE, STOP,
-    CallCounter, GateVerdict, RefinementTrace, UsageTotals,
+    DIAGNOSE,
+    ERROR,
+    EXECUTE,
+    INVALID,
+    PROBE,
+    RETRIEVE,
+    REVISE,
+    STOP,
+    CallCounter,
+    GateVerdict,
+    RefinementTrace,
+    UsageTotals,
 )
 
 logger = logging.getLogger(__name__)
@@ -167,7 +178,7 @@ class HeroRefine(dspy.Module):
         if extra.get("demo_bank") is not None:
             self.demo_bank = DemoBank.from_dict(extra["demo_bank"])
 
-    def __deepcopy__(self, memo: dict) -> "HeroRefine":
+    def __deepcopy__(self, memo: dict) -> HeroRefine:
         """Copies predictors and the generator; shares the environment, demo bank and LM (live or
         read-only resources); starts fresh usage totals."""
         new = self.__class__.__new__(self.__class__)
@@ -205,7 +216,7 @@ class _Episode:
         self.trace.env_actions += 1
         try:
             return self.env.execute(program)
-        except Exception as exc:  # an environment failure is evidence, not a crash
+        except Exception as exc:  # noqa: BLE001 - an environment failure is evidence, not a crash
             return failed(ENVIRONMENT, f"{type(exc).__name__}: {exc}")
 
     def run(self) -> None:
@@ -215,7 +226,7 @@ class _Episode:
         try:
             passed, why = self.env.check(self.current, execution)
             note += f"\ncheck: {'passed' if passed else 'FAILED'} ({why})"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failing check is reported as evidence
             note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
         trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
         probe_names = list(self._probes())
@@ -223,7 +234,7 @@ class _Episode:
             lm0, env0 = self.counter.total, trace.env_actions
             try:
                 step_done = self._step(probe_names, m.budget - trace.actions_used)
-            except Exception as exc:  # LM or engine failure: record it and keep the current program
+            except Exception as exc:  # noqa: BLE001 - LM or engine failure: record it, keep the current program
                 logger.warning("HeroRefine step failed: %s: %s", type(exc).__name__, exc)
                 trace.add(ERROR, evidence=f"{type(exc).__name__}: {str(exc)[:300]}")
                 trace.stop_reason = f"error: {type(exc).__name__}"
@@ -239,7 +250,7 @@ class _Episode:
     def _probes(self) -> dict[str, str]:
         try:
             return dict(self.env.probes())
-        except Exception:
+        except Exception:  # noqa: BLE001 - an environment without probes still refines
             return {}
 
     def _step(self, probe_names: list[str], left: int) -> bool:
@@ -280,7 +291,7 @@ class _Episode:
         self.trace.env_actions += 1
         try:
             result = self.env.probe(name, argument)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failing probe is evidence
             return f"probe failed: {type(exc).__name__}: {exc}"
         text = result.text if len(result.text) <= 3000 else result.text[:2985] + "\n... (cut)"
         return text if result.ok else f"probe error: {text}"

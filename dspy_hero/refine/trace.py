@@ -171,7 +171,7 @@ class UsageTotals:
         with self._lock:
             self._totals = dict.fromkeys(self._FIELDS, 0)
 
-    def __deepcopy__(self, memo: dict) -> "UsageTotals":
+    def __deepcopy__(self, memo: dict) -> UsageTotals:
         return UsageTotals()
 
     def __getstate__(self) -> dict:
