@@ -27,7 +27,7 @@ from typing import Any
 from dspy_hero.tasks.builtin.sql_data import FIRST_NAMES, LAST_NAMES
 
 GRAPH_NAME = "builtin_movies"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SEED = 1975
 
 GENRES = ("Drama", "Comedy", "Sci-Fi", "Thriller", "Romance", "Animation", "Documentary", "Horror")
@@ -173,7 +173,9 @@ def cypher_script(graph: Graph) -> str:
 
 
 def graph_json(graph: Graph) -> str:
-    return json.dumps({"name": GRAPH_NAME, "nodes": graph.nodes, "edges": graph.edges}, indent=1, sort_keys=True)
+    """Nodes as ``{"id", "labels", "properties"}`` and edges as ``{"source", "target", "type", "properties"}``."""
+    nodes = [{"id": n["id"], "labels": [n["label"]], "properties": n["properties"]} for n in graph.nodes]
+    return json.dumps({"name": GRAPH_NAME, "nodes": nodes, "edges": graph.edges}, indent=1, sort_keys=True)
 
 
 def default_directory() -> Path:
