@@ -14,6 +14,7 @@ Examples::
     python benchmarks/compare.py --task spider --simulate --train-size 40 --test-size 40 --out /tmp/sim
     python benchmarks/compare.py --task spider --train-size 60 --test-size 100 --auto light --out runs/spider
     python benchmarks/compare.py --task bigcodebench --stdlib-only --lm openai/gpt-4o-mini --out runs/bcb
+    python benchmarks/compare.py --aggregate runs/s0 runs/s1 runs/s2 --out runs/all   # mean over seeds
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import dspy
 
 from dspy_hero.bench.accounting import track_usage
 from dspy_hero.bench.methods import METHODS, NEEDS, MethodResult, RunContext, run_method
-from dspy_hero.bench.report import markdown, plots, summary, write_json
+from dspy_hero.bench.report import aggregate, aggregate_markdown, markdown, plots, summary, write_json
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 
 log = logging.getLogger("hero.compare")
@@ -59,6 +60,7 @@ class CompareConfig:
     stdlib_only: bool = False
     ves_repetitions: int = 5
     task_kwargs: dict[str, Any] = field(default_factory=dict)
+    aggregate: Sequence[str] | None = None
     command: str = ""
 
 
@@ -215,6 +217,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--simulate", action="store_true", help="scripted task and reflection LMs over real execution (seconds)")
     p.add_argument("--stdlib-only", action="store_true", help="BigCodeBench: only tasks whose libraries are all stdlib")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
+    p.add_argument("--aggregate", nargs="+", default=None, metavar="RUN_DIR",
+                   help="instead of running: combine finished runs (e.g. one per seed) into <out>/aggregate.{json,md}")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     return CompareConfig(
@@ -222,14 +226,35 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
         seed=a.seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only,
-        ves_repetitions=a.ves_repetitions,
+        ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
     ), a.verbose
+
+
+def aggregate_runs(run_dirs: Sequence[str], out: str) -> dict[str, Any]:
+    """Combine finished runs (their results.json) into <out>/aggregate.json and aggregate.md."""
+    runs = []
+    for d in run_dirs:
+        path = Path(d) / "results.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: run the comparison there first")
+        runs.append(json.loads(path.read_text(encoding="utf-8")))
+    tasks = {r["meta"]["task"] for r in runs}
+    if len(tasks) > 1:
+        raise ValueError(f"runs are on different tasks {sorted(tasks)}; aggregate one task at a time")
+    agg = aggregate(runs)
+    write_json(Path(out) / "aggregate.json", agg)
+    (Path(out) / "aggregate.md").write_text(aggregate_markdown(agg, METHODS), encoding="utf-8")
+    return agg
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config, verbose = parse_args(argv)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if config.aggregate:
+        aggregate_runs(config.aggregate, config.out)
+        sys.stdout.write((Path(config.out) / "aggregate.md").read_text(encoding="utf-8"))
+        return 0
     data = run_comparison(config)
     sys.stdout.write((Path(config.out) / "results.md").read_text(encoding="utf-8"))
     failed = [m for m, r in data["methods"].items() if r["status"] != "done"]

@@ -222,3 +222,14 @@ def test_a_failing_method_is_recorded_not_raised(spider_fixture, tmp_path):
     missing = run_method(ctx, "hero_o_react")  # needs HERO-O's prompt, which never ran here
     if "hero_o" not in ctx.programs:
         assert missing.status == "failed" and "HERO-O has not run" in missing.error
+
+
+def test_aggregate_over_seeds(spider_fixture, tmp_path):
+    dirs = [tmp_path / f"seed{k}" for k in (0, 1)]
+    for k, d in enumerate(dirs):
+        compare.run_comparison(config(d, spider_fixture, seed=k, methods=["seed", "gepa", "react"], max_metric_calls=30))
+    agg = compare.aggregate_runs([str(d) for d in dirs], str(tmp_path / "agg"))
+    assert agg["runs"] == 2 and agg["methods"]["seed"]["runs"] == 2 and agg["methods"]["gepa"]["runs"] == 2
+    assert "react" in agg["vs_seed"] and (tmp_path / "agg" / "aggregate.md").read_text().count("|") > 10
+    with pytest.raises(FileNotFoundError):
+        compare.aggregate_runs([str(tmp_path / "nothing")], str(tmp_path / "agg2"))

@@ -171,3 +171,56 @@ def plots(out_dir: Path, results: dict[str, MethodResult], order: Sequence[str])
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
     return paths
+
+
+def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and spread of pass@1 per method over several runs (e.g. seeds), plus pooled paired deltas.
+
+    Pooling stacks every run's paired outcomes (each example once per run) before bootstrapping, so
+    the interval reflects both example and run-to-run variation the way a multi-seed table reports it.
+    """
+    import statistics
+
+    methods: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for name, res in run["methods"].items():
+            if res["status"] == "done":
+                methods.setdefault(name, {"label": res["label"], "pass_at_1": []})["pass_at_1"].append(res["pass_at_1"])
+    out: dict[str, Any] = {"runs": len(runs), "seeds": [r["meta"]["seed"] for r in runs], "methods": {}}
+    for name, m in methods.items():
+        vals = m["pass_at_1"]
+        out["methods"][name] = {"label": m["label"], "runs": len(vals), "mean": sum(vals) / len(vals),
+                                "stdev": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+    for base in ("seed", "gepa"):
+        deltas = {}
+        for name in methods:
+            if name == base:
+                continue
+            a: list[float] = []
+            b: list[float] = []
+            for run in runs:
+                mine, ref = run["methods"].get(name), run["methods"].get(base)
+                if not mine or not ref or mine["status"] != "done" or ref["status"] != "done":
+                    continue
+                ref_by_id = {o["example_id"]: float(o["score"] >= 1.0) for o in ref["outcomes"]}
+                for o in mine["outcomes"]:
+                    if o["example_id"] in ref_by_id:
+                        a.append(float(o["score"] >= 1.0))
+                        b.append(ref_by_id[o["example_id"]])
+            if a:
+                deltas[name] = paired_bootstrap(a, b).to_dict()
+        out[f"vs_{base}"] = deltas
+    return out
+
+
+def aggregate_markdown(agg: dict[str, Any], order: Sequence[str]) -> str:
+    lines = [f"# Aggregate over {agg['runs']} run(s) (seeds {agg['seeds']})", "",
+             "| method | runs | mean pass@1 | stdev | Δ vs seed (pooled) [95% CI] | Δ vs GEPA (pooled) [95% CI] |",
+             "|---|---|---|---|---|---|"]
+    for name in order:
+        m = agg["methods"].get(name)
+        if m is None:
+            continue
+        lines.append(f"| {m['label']} | {m['runs']} | {m['mean'] * 100:.1f} | {m['stdev'] * 100:.1f} | "
+                     f"{_diff(agg['vs_seed'].get(name))} | {_diff(agg['vs_gepa'].get(name))} |")
+    return "\n".join(lines) + "\n"
