@@ -277,3 +277,33 @@ def test_usage_totals_are_thread_safe(db_path):
     snap = refiner.usage.snapshot()
     assert snap["queries"] == 8 and snap["lm_calls"] == 24 and snap["actions_per_query"] == 2.0
     assert snap["env_actions_per_query"] == 1.0
+
+
+def test_refiner_lm_serves_the_refinement_calls_and_environment_may_be_given(db_path):
+    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+
+    task_script = RoleScript(generator={"sql": WRONG})
+    refine_script = RoleScript(
+        refiner=[{"action": "revise", "argument": "column is name"}],
+        reviser={"reason": "error says nam does not exist", "revised_program": FIXED},
+        judge={"reason": "ok", "supported": True},
+    )
+    env = SQLiteEnvironment(db_path)
+    refiner = HeroRefine(GenerateProgram("sql", ["question"]), environment=env, refiner_lm=refine_script.lm())
+    with dspy.context(lm=task_script.lm()):
+        pred = refiner(question=QUESTION)  # no db_path needed: the environment was given
+    assert pred.sql == FIXED
+    assert task_script.count("generator") == 1 and set(task_script.seen) == {"generator"}
+    assert (refine_script.count("refiner"), refine_script.count("reviser"), refine_script.count("judge")) == (1, 1, 1)
+    assert pred.refinement.lm_calls_by_role == {"generator": 1, "refiner": 1, "reviser": 1, "judge": 1}
+
+
+def test_bad_configuration_fails_clearly(db_path):
+    gen = GenerateProgram("sql", ["question"])
+    with pytest.raises(ValueError, match="budget"):
+        HeroRefine(gen, budget=-1)
+    with pytest.raises(TypeError, match="predictors"):
+        HeroRefine(object())
+    script = RoleScript(generator={"sql": WRONG})
+    with dspy.context(lm=script.lm()), pytest.raises(ValueError, match="db_path"):
+        HeroRefine(gen)(question=QUESTION)  # no environment reference at all
