@@ -12,8 +12,21 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, REJECTED, SYNTAX, TIMEOUT, Environment, Executor
-from dspy_hero.execution.cypher import BoundCypherExecutor, CypherEnvironment, FalkorDBExecutor, graph_schema_text
+from dspy_hero.execution.base import (
+    EMPTY_PROGRAM,
+    ENVIRONMENT,
+    REJECTED,
+    SYNTAX,
+    TIMEOUT,
+    Environment,
+    Executor,
+)
+from dspy_hero.execution.cypher import (
+    BoundCypherExecutor,
+    CypherEnvironment,
+    FalkorDBExecutor,
+    graph_schema_text,
+)
 from dspy_hero.execution.cypher_graphs import read_only_violation, split_statements
 
 SCRIPT = """// a small film graph

@@ -8,7 +8,8 @@ Semantics, as CypherBench's harness: identical query text scores 1 without runni
 queries run (the prediction with a 120 s timeout by default), cells are normalized (nodes to property
 maps, lists sorted inside cells, dates to ISO strings) and compared with `result_eq` — both empty is
 equal, row and column counts must match, columns may be permuted, rows form a multiset, and row order
-counts only when the gold query has ORDER BY. Any error in the prediction scores 0.
+counts only when the gold query says ORDER BY (anywhere, as the official substring test; see
+`order_matters`). Any error in the prediction scores 0.
 
 Engine: `engine` is any executor with ``run(cypher, graph)`` (`FalkorDBExecutor`, `Neo4jExecutor`),
 or a mapping ``{graph name: executor}`` (CypherBench serves each graph from its own Neo4j server).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, Execution
+from dspy_hero.execution.cypher_graphs import code_skeleton
 from dspy_hero.execution.cypher_probes import default_engine, ensure_loaded, resolve_graph
 from dspy_hero.metrics.base import (
     ExecutionMetric,
@@ -42,11 +45,20 @@ from dspy_hero.metrics.base import (
     prediction_text,
     require_fields,
 )
-from dspy_hero.metrics.compare import has_order_by, normalize_rows, result_eq
+from dspy_hero.metrics.compare import normalize_rows, result_eq
 
-__all__ = ["CypherJudge", "cypher_execution_metric", "cypher_verdict"]
+__all__ = ["CypherJudge", "cypher_execution_metric", "cypher_verdict", "order_matters"]
 
 logger = logging.getLogger(__name__)
+
+_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+
+
+def order_matters(gold_cypher: str) -> bool:
+    """CypherBench's rule: row order counts when the gold query says ORDER BY anywhere (subqueries
+    included), ignoring only string literals and comments, where the official substring test would
+    also fire. Unlike `has_order_by` (SQL, outermost query only), a ``CALL { ... ORDER BY ... }`` counts."""
+    return bool(_ORDER_BY.search(code_skeleton(gold_cypher)))
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class CypherJudge:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        entry = _Gold(executor.run(gold_cypher, graph), has_order_by(gold_cypher))
+        entry = _Gold(executor.run(gold_cypher, graph), order_matters(gold_cypher))
         if entry.execution.error_type != ENVIRONMENT:  # the engine may come back: do not cache outages
             with self._lock:
                 self._cache[key] = entry
