@@ -71,6 +71,12 @@ def load_task(config: CompareConfig):
     from dspy_hero.tasks.benchmarks import register_benchmark_tasks
 
     register_benchmark_tasks()
+    try:  # the built-in tasks (builtin-sql, ...) run anywhere, with no benchmark data
+        from dspy_hero.tasks.builtin import register_builtin_tasks
+
+        register_builtin_tasks()
+    except ImportError:
+        pass
     kwargs = dict(config.task_kwargs)
     if config.data:
         kwargs["data_dir"] = config.data
@@ -91,6 +97,20 @@ def optimization_pools(task, train_size: int | None, val_fraction: float, seed: 
         train, val = split_by_fraction(pool, 1.0 - val_fraction, seed=seed)
         how = "by example"
     return train, val, how
+
+
+# Environment references HERO-T and ReAct need at test time (metrics/base.py allows them as inputs;
+# GenerateProgram still shows the LM only its own signature fields).
+ENV_REFS = ("db_path", "db_id", "graph", "graph_source", "entry_point", "code_prompt")
+
+
+def with_env_refs(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
+    """Examples whose environment references are marked as inputs (a task may have left them out)."""
+    out = []
+    for ex in examples:
+        keys = list(ex.inputs().keys()) + [k for k in ENV_REFS if k in ex and k not in ex.inputs().keys()]
+        out.append(ex.with_inputs(*keys))
+    return out
 
 
 def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
@@ -149,6 +169,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
     try:
         train, val, pool_how = optimization_pools(task, config.train_size, config.val_fraction, config.seed)
         test = cap(task.test, config.test_size, config.seed, task.group_key)
+        train, val, test = with_env_refs(train), with_env_refs(val), with_env_refs(test)
         task_lm, refl_lm, task_name, refl_name = make_lms(config, [*train, *val, *test])
         budget, budget_source = resolve_budget(config, task.make_program(), train, val)
         meta = {
@@ -200,7 +221,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="spider", help="bird | spider | cypherbench | bigcodebench | dscodebench")
+    p.add_argument("--task", default="spider", help="bird | spider | cypherbench | bigcodebench | dscodebench | builtin-sql | ...")
     p.add_argument("--data", default=None, help="benchmark directory in the official layout (default: ../shared/benchmarks/<task>)")
     p.add_argument("--train-size", type=int, default=40, help="cap on the optimization pool (train + val)")
     p.add_argument("--test-size", type=int, default=40, help="cap on the evaluation set")

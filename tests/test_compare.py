@@ -139,6 +139,9 @@ def test_cli_parses_options(tmp_path):
     assert cfg.max_metric_calls == 90 and cfg.auto is None and cfg.methods == ["seed", "gepa"]
     assert cfg.stdlib_only and cfg.lm == "openai/x" and not verbose and "--stdlib-only" in cfg.command
     assert compare.ordered_methods(["hero_o_t"]) == ["hero_o", "hero_o_t"]
+    ex = dspy.Example(question="q", db_schema="s", db_path="/x.sqlite", gold_sql="SELECT 1").with_inputs("question", "db_schema")
+    (marked,) = compare.with_env_refs([ex])
+    assert set(marked.inputs().keys()) == {"question", "db_schema", "db_path"} and "gold_sql" in marked.labels()
     with pytest.raises(ValueError):
         compare.ordered_methods(["nope"])
 
