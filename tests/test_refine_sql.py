@@ -307,3 +307,24 @@ def test_bad_configuration_fails_clearly(db_path):
     script = RoleScript(generator={"sql": WRONG})
     with dspy.context(lm=script.lm()), pytest.raises(ValueError, match="db_path"):
         HeroRefine(gen)(question=QUESTION)  # no environment reference at all
+
+
+def test_demo_bank_from_metric_and_from_program(db_path):
+    from dspy_hero.metrics.sql import sql_execution_metric
+
+    metric = sql_execution_metric()
+    examples = _bank_examples(db_path)
+    by_metric = DemoBank.from_examples(examples, metric=metric)
+    assert len(by_metric) == 10 and by_metric.stats["kept"] == 10
+
+    answers = {ex.question: ex.gold_sql for ex in examples[:4]}  # the script knows 4 of the answers
+
+    def generate(req):
+        return {"sql": answers.get(req.inputs["question"], "SELECT 1")}
+
+    program = GenerateProgram("sql", ["question"])
+    with dspy.context(lm=RoleScript(generator=generate).lm()):
+        bank = DemoBank.from_program(program, examples, metric)
+    assert len(bank) == 4 and {d.source for d in bank.demos} == {"generated"}
+    assert bank.stats["failed_metric"] == 7
+    assert {d.program for d in bank.demos} == set(answers.values())
