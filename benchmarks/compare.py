@@ -108,7 +108,8 @@ def with_env_refs(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
     """Examples whose environment references are marked as inputs (a task may have left them out)."""
     out = []
     for ex in examples:
-        keys = list(ex.inputs().keys()) + [k for k in ENV_REFS if k in ex and k not in ex.inputs().keys()]
+        current = list(ex.inputs().keys())
+        keys = current + [k for k in ENV_REFS if k in ex and k not in current]
         out.append(ex.with_inputs(*keys))
     return out
 
