@@ -277,6 +277,7 @@ def test_usage_totals_are_thread_safe(db_path):
     snap = refiner.usage.snapshot()
     assert snap["queries"] == 8 and snap["lm_calls"] == 24 and snap["actions_per_query"] == 2.0
     assert snap["env_actions_per_query"] == 1.0
+    assert len(refiner._environments) == 1  # one SQLite environment served all eight calls
 
 
 def test_refiner_lm_serves_the_refinement_calls_and_environment_may_be_given(db_path):

@@ -7,6 +7,8 @@ instance needs them, so SQL users never load the graph or sandbox stacks.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from dspy_hero.execution.base import Environment
@@ -80,3 +82,50 @@ def environment_for(example_or_inputs: Any, **options: Any) -> Environment:
         "cannot build a HERO-T environment: the instance has none of db_path (SQLite), graph (Cypher) or "
         "prompt/code_prompt/entry_point (Python). Pass them as inputs, or pass environment=... to HeroRefine."
     )
+
+
+class EnvironmentCache:
+    """Environments keyed by database or graph, built once and reused across instances and threads.
+
+    Why: a Cypher environment may start an embedded engine and load a graph, which costs far more
+    than refining one query; SQL environments are cheap but cache their schema text. Python
+    environments belong to one instance and are never cached. The least recently used entry is
+    dropped beyond `maxsize` (an environment that owns an engine stops it when collected).
+    """
+
+    def __init__(self, maxsize: int = 64, **options: Any):
+        self.maxsize = maxsize
+        self.options = options
+        self._lock = threading.Lock()
+        self._envs: OrderedDict[tuple, Environment] = OrderedDict()
+
+    def __call__(self, example_or_inputs: Any) -> Environment:
+        key = environment_key(example_or_inputs)
+        if key is None:
+            return environment_for(example_or_inputs, **self.options)
+        with self._lock:
+            env = self._envs.get(key)
+            if env is None:
+                env = environment_for(example_or_inputs, **self.options)
+                self._envs[key] = env
+                while len(self._envs) > self.maxsize:
+                    self._envs.popitem(last=False)
+            else:
+                self._envs.move_to_end(key)
+            return env
+
+    def __len__(self) -> int:
+        return len(self._envs)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._envs.clear()
+
+    def __deepcopy__(self, memo: dict) -> EnvironmentCache:
+        return self  # live resources are shared, never copied
+
+    def __getstate__(self) -> dict:
+        return {"maxsize": self.maxsize, "options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["maxsize"], **state["options"])

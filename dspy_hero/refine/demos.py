@@ -155,9 +155,11 @@ class DemoBank:
         error, untruncated, and pass the environment's own checks. `environment(example)` builds the
         environment (default: `environment_for`); one is built per distinct database or graph.
         """
+        from dspy_hero.execution.environments import EnvironmentCache
+
         demos: list[Demo] = []
         stats: Counter[str] = Counter()
-        envs: dict[Any, Any] = {}
+        envs = EnvironmentCache()
         for example in trainset:
             stats["considered"] += 1
             name = program_field or next((f for f in GOLD_FIELDS if _read(example, f)), None)
@@ -264,17 +266,7 @@ def _verify(example, program, language, metric, environment, envs) -> tuple[bool
             return False, "error"
         return (True, "") if score >= 1.0 else (False, "failed_metric")
     try:
-        if environment is not None:
-            env = environment(example)
-        else:
-            from dspy_hero.execution.environments import environment_for, environment_key
-
-            key = environment_key(example)
-            env = envs.get(key) if key is not None else None
-            if env is None:
-                env = environment_for(example)
-                if key is not None:
-                    envs[key] = env
+        env = (environment or envs)(example)
         execution = env.execute(program)
     except Exception as exc:  # noqa: BLE001 - logged; the example is left out
         logger.warning("DemoBank: could not execute an example (%s: %s)", type(exc).__name__, exc)

@@ -31,6 +31,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
+from dspy_hero.execution.environments import EnvironmentCache
 from dspy_hero.metrics.base import extract_code
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
 from dspy_hero.refine.demos import Demo, DemoBank, query_text
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 
 EnvironmentSpec = Environment | Callable[[dict[str, Any]], Environment] | None
 # Attributes a copy shares with the original: live resources and read-only data.
-_SHARED = ("environment", "demo_bank", "refiner_lm", "gate_checks")
+_SHARED = ("environment", "demo_bank", "refiner_lm", "gate_checks", "_environments")
 
 
 class HeroRefine(dspy.Module):
@@ -65,7 +66,8 @@ class HeroRefine(dspy.Module):
     Args:
         generator: the program-generation module (e.g. HeroOptimizer's result or `GenerateProgram`).
         environment: an `Environment`, a callable ``inputs -> Environment``, or None to build one from
-            the call's inputs with `environment_for` (db_path -> SQLite, graph -> Cypher, prompt -> Python).
+            the call's inputs with `environment_for` (db_path -> SQLite, graph -> Cypher, prompt -> Python);
+            those built for a database or graph are cached on the module and reused across calls.
         demos: a `DemoBank`, or training examples to build one from (`DemoBank.from_examples`), or None.
         budget: B, the most refiner actions per call (paper default 3).
         max_demos: the most retrieved examples that reach the refiner and reviser (paper: 3).
@@ -116,6 +118,7 @@ class HeroRefine(dspy.Module):
         self.reviser = dspy.Predict(ReviseProgram)
         self.judge = dspy.Predict(JudgeRevision)
         self.usage = UsageTotals()
+        self._environments = EnvironmentCache()
 
     # -- the episode --------------------------------------------------------------------------------
     def forward(self, example: Any = None, **inputs: Any) -> dspy.Prediction:
@@ -158,9 +161,7 @@ class HeroRefine(dspy.Module):
             return spec(refs)
         if spec is not None:
             raise TypeError(f"environment must be an Environment, a callable or None, got {type(spec).__name__}")
-        from dspy_hero.execution.environments import environment_for
-
-        return environment_for(refs)
+        return self._environments(refs)
 
     def _lm_context(self):
         return dspy.context(lm=self.refiner_lm) if self.refiner_lm is not None else contextlib.nullcontext()
