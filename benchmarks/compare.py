@@ -125,7 +125,7 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
         task_lm, refl_lm, _ = simulated_lms(examples)
         return track_usage(task_lm), track_usage(refl_lm), "scripted simulation (task)", "scripted simulation (reflection)"
     if config.lm:
-        task_lm = dspy.LM(config.lm, temperature=0.0, cache=False)
+        task_lm = dspy.LM(config.lm, cache=False)  # provider defaults (reasoning models reject temperature=0)
     else:
         from dspy_hero.lm.local import local_lm
 
