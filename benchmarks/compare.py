@@ -52,6 +52,7 @@ class CompareConfig:
     max_metric_calls: int | None = None
     threads: int = 4
     seed: int = 0
+    split_seed: int = 0
     methods: Sequence[str] = METHODS
     out: str = "compare_out"
     lm: str | None = None
@@ -82,7 +83,7 @@ def load_task(config: CompareConfig):
         kwargs["data_dir"] = config.data
     if config.stdlib_only:
         kwargs["stdlib_only"] = True
-    kwargs.setdefault("split_seed", config.seed)
+    kwargs.setdefault("split_seed", config.split_seed)
     return registry.load_task(config.task, **kwargs)
 
 
@@ -168,15 +169,17 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
     (out / "methods").mkdir(parents=True, exist_ok=True)
     task = load_task(config)
     try:
-        train, val, pool_how = optimization_pools(task, config.train_size, config.val_fraction, config.seed)
-        test = cap(task.test, config.test_size, config.seed, task.group_key)
+        # Splits and pools depend on split_seed only, so runs with different seeds share them (paper, App. A).
+        train, val, pool_how = optimization_pools(task, config.train_size, config.val_fraction, config.split_seed)
+        test = cap(task.test, config.test_size, config.split_seed, task.group_key)
         train, val, test = with_env_refs(train), with_env_refs(val), with_env_refs(test)
         task_lm, refl_lm, task_name, refl_name = make_lms(config, [*train, *val, *test])
         budget, budget_source = resolve_budget(config, task.make_program(), train, val)
         meta = {
             "task": task.name, "split_note": task.split_note, "pools": f"optimization pool split {pool_how} "
             f"(val fraction {config.val_fraction})", "sizes": {"train": len(train), "val": len(val), "test": len(test)},
-            "task_lm": task_name, "reflection_lm": refl_name, "seed": config.seed, "budget": budget,
+            "task_lm": task_name, "reflection_lm": refl_name, "seed": config.seed, "split_seed": config.split_seed,
+            "budget": budget,
             "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
             "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
             "test_ids": [e.example_id for e in test], "command": config.command,
@@ -208,6 +211,13 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             results[method] = run_method(ctx, method)
             write_json(path, results[method].to_dict())
             log.info("%s: %s pass@1=%.3f", method, results[method].status, results[method].pass_at_1)
+        for method in METHODS:  # methods finished by earlier invocations stay in the report
+            path = out / "methods" / f"{method}.json"
+            if method not in results and path.exists():
+                saved = MethodResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                if saved.status == "done":
+                    results[method] = saved
+        order = [m for m in METHODS if m in results]
 
         data = {"meta": meta, "methods": {m: results[m].to_dict() for m in order}, "summary": summary(results, config.seed)}
         write_json(out / "results.json", data)
@@ -231,7 +241,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     budget.add_argument("--auto", choices=["light", "medium", "heavy"], default=None)
     budget.add_argument("--max-metric-calls", type=int, default=None)
     p.add_argument("--threads", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="run seed (optimizers, bootstrap); splits use --split-seed")
+    p.add_argument("--split-seed", type=int, default=0, help="seed of the fixed splits and pools, shared by all runs")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--out", default="compare_out")
     p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
@@ -246,7 +257,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     return CompareConfig(
         task=a.task, data=a.data, train_size=a.train_size, test_size=a.test_size, val_fraction=a.val_fraction,
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
-        seed=a.seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
+        seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),

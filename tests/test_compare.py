@@ -125,6 +125,7 @@ def test_resume_skips_completed_methods(sim_run, spider_fixture):
     data = compare.run_comparison(config(out, spider_fixture, methods=["seed", "react"]))
     assert data["methods"]["seed"]["extras"]["marker"] == "kept"  # reused, not re-run
     assert (out / "methods" / "react.json").exists() and data["methods"]["react"]["status"] == "done"
+    assert "gepa" in data["methods"]  # finished earlier, still reported
 
 
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
@@ -232,6 +233,8 @@ def test_aggregate_over_seeds(spider_fixture, tmp_path):
     for k, d in enumerate(dirs):
         compare.run_comparison(config(d, spider_fixture, seed=k, methods=["seed", "gepa", "react"], max_metric_calls=30))
     agg = compare.aggregate_runs([str(d) for d in dirs], str(tmp_path / "agg"))
+    metas = [json.loads((d / "meta.json").read_text()) for d in dirs]
+    assert metas[0]["test_ids"] == metas[1]["test_ids"] and metas[0]["train_ids"] == metas[1]["train_ids"]
     assert agg["runs"] == 2 and agg["methods"]["seed"]["runs"] == 2 and agg["methods"]["gepa"]["runs"] == 2
     assert "react" in agg["vs_seed"] and (tmp_path / "agg" / "aggregate.md").read_text().count("|") > 10
     with pytest.raises(FileNotFoundError):
