@@ -211,6 +211,10 @@ class _Episode:
         self.current = trace.initial_program
         self.demos: list[Demo] = []
         self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None)
+        try:
+            self.probes = dict(environment.probes())
+        except Exception:  # noqa: BLE001 - an environment without probes still refines
+            self.probes = {}
 
     # environment access, counted
     def execute(self, program: str) -> Execution:
@@ -230,11 +234,10 @@ class _Episode:
         except Exception as exc:  # noqa: BLE001 - a failing check is reported as evidence
             note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
         trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
-        probe_names = list(self._probes())
         while trace.actions_used < m.budget:
             lm0, env0 = self.counter.total, trace.env_actions
             try:
-                step_done = self._step(probe_names, m.budget - trace.actions_used)
+                step_done = self._step(m.budget - trace.actions_used)
             except Exception as exc:  # noqa: BLE001 - LM or engine failure: record it, keep the current program
                 logger.warning("HeroRefine step failed: %s: %s", type(exc).__name__, exc)
                 trace.add(ERROR, evidence=f"{type(exc).__name__}: {str(exc)[:300]}")
@@ -248,13 +251,7 @@ class _Episode:
             trace.stop_reason = trace.stop_reason or "budget exhausted"
         trace.demos_shown = [d.text for d in self.demos]
 
-    def _probes(self) -> dict[str, str]:
-        try:
-            return dict(self.env.probes())
-        except Exception:  # noqa: BLE001 - an environment without probes still refines
-            return {}
-
-    def _step(self, probe_names: list[str], left: int) -> bool:
+    def _step(self, left: int) -> bool:
         """One refiner decision and its action; True when the episode should end."""
         m, trace = self.m, self.trace
         can_retrieve = m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
@@ -263,13 +260,13 @@ class _Episode:
             with m._lm_context():
                 choice = m.refiner(
                     task=self.task, program=self.current or "(empty)", evidence=self._evidence(),
-                    examples=self._examples(), actions=render_actions(self._probes(), can_retrieve, left),
+                    examples=self._examples(), actions=render_actions(self.probes, can_retrieve, left),
                 )
         except AdapterParseError as exc:
             trace.actions_used += 1
             trace.add(INVALID, evidence=f"unparseable refiner output: {str(exc)[:200]}")
             return False
-        action = parse_action(getattr(choice, "action", ""), getattr(choice, "argument", ""), probe_names)
+        action = parse_action(getattr(choice, "action", ""), getattr(choice, "argument", ""), list(self.probes))
         if action.kind == STOP:
             trace.add(STOP, argument=action.argument)
             trace.stop_reason = "refiner stopped"
