@@ -92,6 +92,8 @@ _SYNTAX_MARKERS = (
 
 def _falkordb_error_type(message: str) -> str:
     low = message.lower()
+    if "empty key" in low:  # the graph is missing on the server (e.g. mid-restart)
+        return ENVIRONMENT
     if "timed out" in low:
         return TIMEOUT
     if "read-only" in low or "read only" in low:
