@@ -174,6 +174,7 @@ def test_bigcodebench_fixture_split_ratio_and_stdlib_filter(bcb_dir):
     check_examples(s.train + s.test, bigcodebench.INPUTS, ["test_code"], bigcodebench.PROGRAM_INPUTS)
     assert len(s.train) == round(13 * 500 / 1137) and len(s.train) + len(s.test) == 13
     assert s.train[0].prompt.startswith("Write task")
+    assert s.train[0].canonical_solution == "def task_func():\n    return 1\n"  # header + official body
     std = bigcodebench.bigcodebench_split(data_dir=bcb_dir, stdlib_only=True)
     assert all(set(e.libs) == {"random", "itertools"} for e in std.train + std.test)
     assert "7 dropped by stdlib_only" in std.note and "BigCodeBench/12" not in {e.example_id for e in std.train + std.test}

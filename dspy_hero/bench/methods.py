@@ -304,8 +304,14 @@ def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
     from dspy_hero.refine.module import HeroRefine
 
     generator = _hero_o_program(ctx)
+    demos: Any = list(ctx.train) + list(ctx.val)
+    if ctx.task.language == "python":
+        # Defining a function proves nothing; a Python demo is verified by the task's own tests.
+        from dspy_hero.refine.demos import DemoBank
+
+        demos = DemoBank.from_examples(demos, metric=ctx.task.metric)
     refiner = HeroRefine(**accepted_kwargs(HeroRefine, generator=generator, environment=ctx.task.environment_for,
-                                           demos=list(ctx.train) + list(ctx.val), budget=3, refiner_lm=ctx.task_lm))
+                                           demos=demos, budget=3, refiner_lm=ctx.task_lm))
     result.instructions = instructions_of(generator)
     evaluate(ctx, refiner, result)
     usage = getattr(refiner, "usage", None)

@@ -80,7 +80,7 @@ def imported_modules(code: str) -> set[str]:
 
 def runs_on_stdlib(example: dspy.Example) -> bool:
     """True when the listed libraries and everything the prompt, solution and tests import are stdlib."""
-    sources = (example.code_prompt, example.code_prompt + example.canonical_solution, example.test_code)
+    sources = (example.code_prompt, example.canonical_solution, example.test_code)
     return is_stdlib(example.libs) and all(is_stdlib(imported_modules(code)) for code in sources)
 
 
@@ -99,7 +99,8 @@ def to_example(row: dict[str, Any], variant: str) -> dspy.Example:
         code_prompt=row.get("code_prompt", ""),
         entry_point=row.get("entry_point", "task_func"),
         test_code=row["test"],
-        canonical_solution=row.get("canonical_solution", ""),
+        # the complete reference program: the official field holds only the body under code_prompt
+        canonical_solution=row.get("code_prompt", "") + row.get("canonical_solution", ""),
         libs=libs,
         library=primary_library(libs),
     ).with_inputs(*INPUTS)
