@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -54,48 +55,68 @@ QUERIES = [
 ]
 
 
-def sandbox_processes() -> set[int]:
-    """Live processes that belong to a sandbox: uid 65534 or a bwrap binary (zombies excluded)."""
-    found = set()
+def proc_table() -> dict[int, tuple[int, int, int, bytes, str]]:
+    """pid -> (ppid, uid, start ticks, argv[0], state) for every process we can see."""
+    table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
             status = Path(f"/proc/{entry}/status").read_text()
             cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("State", "").strip().startswith("Z"):
+        uid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
+        table[int(entry)] = (int(stat[1]), uid, int(stat[19]), cmd, stat[0].decode())
+    return table
+
+
+def sandbox_processes(since: int = 0) -> set[int]:
+    """Live sandbox processes (uid 65534 or bwrap) that are ours: descendants of this benchmark process,
+    or orphans started after `since` (clock ticks). Other programs on a shared machine may run their
+    own sandboxes at the same time; their processes are neither."""
+    table = proc_table()
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, row in table.items() if row[0] in frontier} - ours
+        ours |= frontier
+    found = set()
+    for pid, (ppid, uid, start, cmd, state) in table.items():
+        if state == "Z" or not (uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap"):
             continue
-        if int(fields.get("Uid", "0").split()[0]) == SANDBOX_UID or os.path.basename(cmd) == b"bwrap":
-            found.add(int(entry))
+        if pid in ours or (ppid == 1 and start >= since):
+            found.add(pid)
     return found
 
 
-def sandbox_temp_dirs() -> set[str]:
-    tmp = Path(tempfile.gettempdir())
-    return {str(p) for p in tmp.glob(TEMP_PREFIX + "*")}
+def now_ticks() -> int:
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK")) - 1
 
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def settle(before: set[int], seconds: float = 3.0) -> set[int]:
+def settle(before: set[int], since: int, seconds: float = 3.0) -> set[int]:
     deadline = time.time() + seconds
     while time.time() < deadline:
-        leaked = sandbox_processes() - before
+        leaked = sandbox_processes(since) - before
         if not leaked:
             return set()
         time.sleep(0.1)
-    return sandbox_processes() - before
+    return sandbox_processes(since) - before
 
 
 def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
-    sandbox = PythonSandbox(timeout_s=30.0, layer=layer)
+    # a private parent for the runs' dirs: other programs on the machine may use the sandbox too
+    temp_root = tempfile.mkdtemp(prefix="hero-load-")
+    os.chmod(temp_root, 0o711)
+    sandbox = PythonSandbox(timeout_s=30.0, layer=layer, temp_dir=temp_root)
     layer = sandbox.layer
-    procs, dirs, fds = sandbox_processes(), sandbox_temp_dirs(), open_fds()
+    since = now_ticks()
+    procs, fds = sandbox_processes(since), open_fds()
 
     def one(i: int) -> tuple[bool, float, str]:
         start = time.perf_counter()
@@ -114,7 +135,7 @@ def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
     wall = time.perf_counter() - start
     failures = [msg for ok, _, msg in results if not ok]
     latencies = [t for _, t, _ in results]
-    return {
+    result = {
         "layer": layer,
         "runs": runs,
         "threads": threads,
@@ -124,10 +145,12 @@ def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
         "p95_ms": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "leaked_processes": len(settle(procs)),
-        "leaked_temp_dirs": len(sandbox_temp_dirs() - dirs),
+        "leaked_processes": len(settle(procs, since)),
+        "leaked_temp_dirs": len([n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]),
         "leaked_fds": max(0, open_fds() - fds),
     }
+    shutil.rmtree(temp_root, ignore_errors=True)
+    return result
 
 
 def build_database(path: Path) -> None:

@@ -4,8 +4,8 @@ dir left behind). Runs every attack on each isolation layer available here."""
 
 from __future__ import annotations
 
-import glob
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -30,34 +30,59 @@ def _layers() -> list[str]:
     return layers
 
 
-def _sandbox_processes() -> set[int]:
-    """Live (non-zombie) processes that belong to a sandbox: uid 65534 or a bwrap binary."""
-    found = set()
+def _proc_table() -> dict[int, tuple[int, int, int, bytes, str]]:
+    """pid -> (ppid, uid, start ticks, argv[0], state) for every process we can see."""
+    table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
             status = Path(f"/proc/{entry}/status").read_text()
             cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("State", "").strip().startswith("Z"):
+        uid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
+        table[int(entry)] = (int(stat[1]), uid, int(stat[19]), cmd, stat[0].decode())
+    return table
+
+
+def _sandbox_processes(since: int = 0) -> set[int]:
+    """Live sandbox processes (uid 65534 or bwrap) that are ours: descendants of this test process,
+    or orphans started after `since` (clock ticks). Other programs on a shared machine may run their
+    own sandboxes at the same time; their processes are neither."""
+    table = _proc_table()
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, row in table.items() if row[0] in frontier} - ours
+        ours |= frontier
+    found = set()
+    for pid, (ppid, uid, start, cmd, state) in table.items():
+        if state == "Z" or not (uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap"):
             continue
-        uid = int(fields.get("Uid", "0").split()[0])
-        if uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap":
-            found.add(int(entry))
+        if pid in ours or (ppid == 1 and start >= since):
+            found.add(pid)
     return found
 
 
-def _temp_dirs() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), TEMP_PREFIX + "*")))
+def _now_ticks() -> int:
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK")) - 1
+
+
+@pytest.fixture(scope="module")
+def temp_root():
+    """A private parent for the runs' temp dirs, so leftovers are ours to count (traversable by 65534)."""
+    root = tempfile.mkdtemp(prefix="hero-attack-tests-")
+    os.chmod(root, 0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", params=_layers())
-def sandbox(request):
+def sandbox(request, temp_root):
     sb = PythonSandbox(layer=request.param, timeout_s=3.0, memory_mb=1024, max_processes=32,
-                       max_output_bytes=200_000)
+                       max_output_bytes=200_000, temp_dir=temp_root)
     try:
         assert sb.layer == request.param
     except RuntimeError as exc:
@@ -66,15 +91,17 @@ def sandbox(request):
 
 
 @pytest.fixture()
-def clean_host():
+def clean_host(temp_root):
     """Assert that the attack left no sandbox process and no temp dir behind."""
-    procs, dirs = _sandbox_processes(), _temp_dirs()
+    since = _now_ticks()
+    procs = _sandbox_processes(since)
     yield
     deadline = time.time() + 3
-    while time.time() < deadline and _sandbox_processes() - procs:
+    while time.time() < deadline and _sandbox_processes(since) - procs:
         time.sleep(0.05)
-    assert _sandbox_processes() - procs == set(), "a sandboxed process outlived its run"
-    assert _temp_dirs() - dirs == set(), "a sandbox temp dir was left behind"
+    assert _sandbox_processes(since) - procs == set(), "a sandboxed process outlived its run"
+    left = [n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]
+    assert left == [], "a sandbox temp dir was left behind"
 
 
 def _attack(name: str, sandbox: PythonSandbox, code: str, **kw):

@@ -121,6 +121,7 @@ class PythonSandbox:
         docker_image: str = "python:3.11-slim",
         tmpfs_mb: int = 256,
         max_file_mb: int = 256,
+        temp_dir: str | None = None,
     ):
         if layer != "auto" and layer not in LAYERS:
             raise ValueError(f"layer must be 'auto' or one of {LAYERS}, got {layer!r}")
@@ -135,6 +136,7 @@ class PythonSandbox:
         self.docker_image = docker_image
         self.tmpfs_mb = int(tmpfs_mb)
         self.max_file_mb = int(max_file_mb)
+        self.temp_dir = temp_dir  # where per-run dirs are made (default: the system temp dir)
         self._lock = threading.Lock()
         self._layer: str | None = None
         self._interpreter: _Interpreter | None = None
@@ -267,7 +269,7 @@ class PythonSandbox:
         timeout = float(timeout_s) if timeout_s is not None else self.timeout_s
         nonce = "@@hero-" + secrets.token_hex(16) + "@@"
         token = secrets.token_hex(12)
-        workdir = tempfile.mkdtemp(prefix=TEMP_PREFIX)
+        workdir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self.temp_dir)
         start = time.perf_counter()
         proc: subprocess.Popen | None = None
         try:
