@@ -8,7 +8,7 @@ import pytest
 
 from dspy_hero.execution.base import Execution
 from dspy_hero.refine.actions import choose_demos, parse_action
-from dspy_hero.refine.demos import BM25, Demo, DemoBank, tokenize
+from dspy_hero.refine.demos import BM25, Demo, DemoBank, _task_fields, tokenize
 from dspy_hero.refine.fields import gather_inputs, generator_io, read_field
 from dspy_hero.refine.gate import EvidenceGate, static_problem
 from dspy_hero.refine.trace import RefinementTrace, UsageTotals
@@ -153,3 +153,13 @@ def test_field_routing_never_reads_labels():
         read_field(ex, "gold_sql")
     with pytest.raises(TypeError):
         generator_io(object())
+
+
+def test_tasks_without_question_fields_are_searched_by_their_other_text_inputs():
+    ex = dspy.Example(nl_question="Which actors were born in Paris?", graph_schema="(:Person)", graph="g",
+                      gold_cypher="MATCH (p) RETURN p").with_inputs("nl_question", "graph_schema", "graph")
+    demo_fields = _task_fields(ex)
+    assert demo_fields == {"nl_question": "Which actors were born in Paris?"}
+    bank = DemoBank([Demo(demo_fields, "MATCH (p) RETURN p", "cypher")])
+    hits = bank.retrieve("actors born in Lyon", 3)
+    assert [d.program for d, _ in hits] == ["MATCH (p) RETURN p"]

@@ -49,9 +49,26 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+# Never searched: labels, environment references and schemas (long, and shared by many tasks).
+_NOT_SEARCHED = frozenset(
+    ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution",
+     "db_path", "db_id", "graph", "graph_source", "engine", "entry_point")
+)
+
+
+def searchable(fields: dict[str, Any]) -> dict[str, str]:
+    """The fields a task is searched by: the known question/prompt fields when present, else every
+    other non-empty text field that is not a label, an environment reference or a schema."""
+    known = {name: str(fields[name]) for name in QUERY_FIELDS if fields.get(name)}
+    if known:
+        return known
+    return {k: str(v) for k, v in fields.items()
+            if v and isinstance(v, str) and k not in _NOT_SEARCHED and "schema" not in k.lower()}
+
+
 def query_text(fields: dict[str, Any]) -> str:
-    """The searchable text of a task: its question/prompt-like fields, in a fixed order."""
-    return "\n".join(str(fields[name]) for name in QUERY_FIELDS if fields.get(name))
+    """The searchable text of a task, in a fixed order."""
+    return "\n".join(searchable(fields).values())
 
 
 @dataclass(frozen=True)
@@ -244,7 +261,16 @@ def _read(obj: Any, name: str | None) -> Any:
 
 
 def _task_fields(example: Any) -> dict[str, str]:
-    return {name: str(v) for name in QUERY_FIELDS if (v := _read(example, name))}
+    known = {name: str(v) for name in QUERY_FIELDS if (v := _read(example, name))}
+    if known:
+        return known
+    if isinstance(example, dspy.Example):  # fall back to the example's declared inputs
+        try:
+            names = list(example.inputs().keys())
+        except ValueError:  # no input keys declared
+            names = []
+        return searchable({n: example.get(n) for n in names})
+    return searchable(dict(example)) if isinstance(example, dict) else {}
 
 
 def _language_of(example: Any) -> str:
