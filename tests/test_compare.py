@@ -239,3 +239,43 @@ def test_aggregate_over_seeds(spider_fixture, tmp_path):
     assert "react" in agg["vs_seed"] and (tmp_path / "agg" / "aggregate.md").read_text().count("|") > 10
     with pytest.raises(FileNotFoundError):
         compare.aggregate_runs([str(tmp_path / "nothing")], str(tmp_path / "agg2"))
+
+
+def test_python_task_through_the_harness(tmp_path):
+    """Seed and ReAct on a tiny BigCodeBench-layout task: real sandbox, real unittest metric."""
+    import gzip
+
+    pytest.importorskip("dspy_hero.metrics.python")
+    from dspy_hero.bench.methods import RunContext, run_method
+    from dspy_hero.tasks.bigcodebench import load_bigcodebench
+
+    rows = []
+    for i in range(6):
+        rows.append({"task_id": f"BigCodeBench/{i}", "complete_prompt": "", "instruct_prompt": f"Return the number {i}.",
+                     "canonical_solution": f"    return {i}\n", "code_prompt": "def task_func():\n",
+                     "test": f"import unittest\nclass TestCases(unittest.TestCase):\n    def test_value(self):\n"
+                             f"        self.assertEqual(task_func(), {i})\n",
+                     "entry_point": "task_func", "libs": "[]"})
+    with gzip.open(tmp_path / "bcb.jsonl.gz", "wt") as fh:
+        fh.write("\n".join(json.dumps(r) for r in rows))
+    task = load_bigcodebench(data_dir=tmp_path)
+
+    def script(req):
+        n = req.user.split("Return the number ")[1][0]
+        if "observation" in req.inputs:  # ReAct revision after seeing the failure
+            return {"code": f"def task_func():\n    return {n}\n"}
+        return {"code": f"def task_func():\n    return {n}\n" if int(n) % 2 else "def task_func(:\n    pass\n"}
+
+    lm = scripted_lm(script)
+    ctx = RunContext(task=task, train=task.train, val=task.train, test=task.test, task_lm=lm, reflection_lm=lm,
+                     budget=4, threads=2, out_dir=tmp_path, ves_repetitions=0)
+    try:
+        seed = run_method(ctx, "seed")
+        react = run_method(ctx, "react")
+    finally:
+        task.close()
+    assert seed.status == "done" and react.status == "done", (seed.error, react.error)
+    odd = [o["score"] for o in seed.outcomes if int(o["example_id"].split("/")[1]) % 2]
+    even = [o["score"] for o in seed.outcomes if not int(o["example_id"].split("/")[1]) % 2]
+    assert all(s == 1.0 for s in odd) and all(s == 0.0 for s in even)
+    assert react.pass_at_1 == 1.0 and seed.ves is None  # syntax errors are revised from the observation
