@@ -63,3 +63,11 @@ def test_cache_reuses_by_database(db, tmp_path):
     import copy
 
     assert copy.deepcopy(cache) is cache
+
+
+def test_cache_shares_one_sandbox_between_python_instances():
+    pytest.importorskip("dspy_hero.execution.python_probes", reason="dspy_hero.execution.python_probes missing")
+    cache = EnvironmentCache()
+    a = cache({"prompt": "def f(x):\n    pass\n", "entry_point": "f"})
+    b = cache({"prompt": "def g(x):\n    pass\n", "entry_point": "g"})
+    assert a is not b and a.sandbox is b.sandbox and len(cache) == 0

@@ -89,8 +89,10 @@ class EnvironmentCache:
 
     Why: a Cypher environment may start an embedded engine and load a graph, which costs far more
     than refining one query; SQL environments are cheap but cache their schema text. Python
-    environments belong to one instance and are never cached. The least recently used entry is
-    dropped beyond `maxsize` (an environment that owns an engine stops it when collected).
+    environments belong to one instance and are built per call, but share one sandbox (its isolation
+    layer is probed once; it is thread-safe). The least recently used entry is dropped beyond
+    `maxsize` (an environment that owns an engine stops it when collected). `options` go to every
+    environment this cache builds.
     """
 
     def __init__(self, maxsize: int = 64, **options: Any):
@@ -98,11 +100,15 @@ class EnvironmentCache:
         self.options = options
         self._lock = threading.Lock()
         self._envs: OrderedDict[tuple, Environment] = OrderedDict()
+        self._sandbox: Any = None
 
     def __call__(self, example_or_inputs: Any) -> Environment:
         key = environment_key(example_or_inputs)
         if key is None:
-            return environment_for(example_or_inputs, **self.options)
+            options = self.options
+            if environment_kind(example_or_inputs) == "python" and "sandbox" not in options:
+                options = {**options, "sandbox": self._shared_sandbox()}
+            return environment_for(example_or_inputs, **options)
         with self._lock:
             env = self._envs.get(key)
             if env is None:
@@ -113,6 +119,15 @@ class EnvironmentCache:
             else:
                 self._envs.move_to_end(key)
             return env
+
+    def _shared_sandbox(self) -> Any:
+        with self._lock:
+            if self._sandbox is None:
+                from dspy_hero.execution.python import PythonSandbox
+
+                timeout = self.options.get("timeout_s")
+                self._sandbox = PythonSandbox(timeout_s=timeout) if timeout else PythonSandbox()
+            return self._sandbox
 
     def __len__(self) -> int:
         return len(self._envs)
