@@ -18,9 +18,9 @@ from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks, paired_boots
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("compare", ROOT / "benchmarks" / "compare.py")
+spec = importlib.util.spec_from_file_location("hero_benchmarks_compare", ROOT / "benchmarks" / "compare.py")
 compare = importlib.util.module_from_spec(spec)
-sys.modules["compare"] = compare
+sys.modules["hero_benchmarks_compare"] = compare  # dataclasses need the module registered
 spec.loader.exec_module(compare)
 
 QUESTIONS = [
