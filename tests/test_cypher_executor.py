@@ -28,6 +28,7 @@ from dspy_hero.execution.cypher import (
     graph_schema_text,
 )
 from dspy_hero.execution.cypher_graphs import read_only_violation, split_statements
+from dspy_hero.execution.falkordb_server import sweep_stale_workdirs
 
 SCRIPT = """// a small film graph
 CREATE (a:Person {name: 'Ann', born: 1970, tags: ['b', 'a']}),
@@ -265,16 +266,19 @@ def test_server_is_killed_when_its_python_process_dies(tmp_path):
         "t = threading.Thread(target=lambda: holder.append(FalkorDBExecutor(timeout_s=5.0)))\n"
         "t.start(); t.join()\n"  # started from a short-lived thread, which then ends
         "time.sleep(0.3)\n"
-        "print(holder[0].pid, holder[0].alive(), flush=True)\n"
+        "print(holder[0].pid, holder[0].alive(), holder[0]._server.workdir, flush=True)\n"
         "time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        pid_text, alive = proc.stdout.readline().split()
+        pid_text, alive, workdir = proc.stdout.readline().split()
         assert alive == "True", "the server died with the thread that started it"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert gone(int(pid_text)), "the server outlived its killed parent process"
+        assert os.path.isdir(workdir)  # a killed process cannot clean up ...
+        assert workdir in sweep_stale_workdirs()  # ... so the next start sweeps its directory away
+        assert not os.path.exists(workdir)
     finally:
         if proc.poll() is None:
             proc.kill()

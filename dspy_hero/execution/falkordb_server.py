@@ -69,6 +69,45 @@ def _death_signal_setter():
     return set_death_signal
 
 
+_PREFIX = "hero-falkordb-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by someone else: leave it alone
+    try:  # a zombie (dead, not yet reaped) still answers kill(pid, 0)
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def sweep_stale_workdirs(root: str | None = None) -> list[str]:
+    """Remove working directories left by servers whose owner was killed (SIGKILL leaves no chance to
+    clean up). Only directories with an ``owner`` file naming dead processes are removed."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = [e for e in os.scandir(root) if e.name.startswith(_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            pids = [int(x) for x in Path(entry.path, "owner").read_text().split()]
+        except (OSError, ValueError):
+            continue  # being created, or not ours to judge
+        if pids and not any(_pid_alive(pid) for pid in pids):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    if removed:
+        log.debug("removed %d stale FalkorDB working directories", len(removed))
+    return removed
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -136,7 +175,8 @@ def start_server(limits: ServerLimits, threads: int | None = None, startup_timeo
     import redis
 
     server_bin, module = binaries()
-    workdir = tempfile.mkdtemp(prefix="hero-falkordb-")
+    sweep_stale_workdirs()
+    workdir = tempfile.mkdtemp(prefix=_PREFIX)
     import_dir = os.path.join(workdir, "import")
     os.mkdir(import_dir, 0o700)
     sock = os.path.join(workdir, "s.sock")
@@ -196,6 +236,7 @@ def start_server(limits: ServerLimits, threads: int | None = None, startup_timeo
         shutil.rmtree(workdir, ignore_errors=True)
         raise RuntimeError(f"could not start the embedded FalkorDB server: {box['error']}") from box["error"]
     server = ServerProcess(box["proc"], workdir, sock if use_unix else None, port, keeper)
+    Path(workdir, "owner").write_text(f"{os.getpid()} {server.pid}\n")
 
     client = redis.Redis(socket_timeout=5, socket_connect_timeout=1, **server.connection_kwargs())
     deadline = time.monotonic() + startup_timeout_s
