@@ -101,7 +101,7 @@ def print_rows(rows, title: str) -> None:
     for col in ("method", "pass@1", "n", "rollouts", "fix:break", "LM calls", "tokens", "wall (s)"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
-        ftb = "—" if r.fix_to_break is None else f"{r.fix_to_break:.2f}"
+        ftb = r.fix_break or "—"
         table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), "—" if r.rollouts is None else str(r.rollouts),
                       ftb, str(r.lm_calls), str(r.tokens), f"{r.wall_s:.1f}")
     console.print(table)
@@ -195,7 +195,7 @@ def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls,
     StagedRun(task, lm, reflection, config).optimize()
     result = json.loads((out / "hero_o_result.json").read_text())
     console.print(f"optimized program: {out / 'hero_o_program.json'}; {result.get('total_metric_calls')} rollouts; "
-                  f"cumulative fix:break {result.get('cumulative_fix_to_break')}")
+                  f"fix:break of adopted prompts {result.get('adopted_fixes')}:{result.get('adopted_breaks')}")
 
 
 @app.command()
@@ -265,7 +265,9 @@ def _report(out: Path):
     data = json.loads(path.read_text())
     rows = [MethodRow(**r) for r in data.pop("rows")]
     title = data.pop("title", "HERO")
-    per_round = [(r.get("adopted_fixes", 0), r.get("adopted_breaks", 0)) for r in data.get("hero_o", {}).get("rounds", [])]
+    from dspy_hero.cli.pipeline import per_round_fix_break
+
+    per_round = per_round_fix_break(data.get("hero_o", {}))
     paths = write_report(out, title, rows, data, per_round)
     print_rows(rows, title)
     console.print(f"report: {paths['markdown']}")

@@ -44,6 +44,16 @@ def _no_progress(label: str, total: int) -> Callable[[int], None]:
     return lambda n: None
 
 
+def per_round_fix_break(hero_result: dict[str, Any]) -> list[tuple[int, int]]:
+    """(fixes, breaks) adopted in each round, from HeroResult.cumulative_fix_break's running sums."""
+    out, prev_f, prev_b = [], 0, 0
+    for entry in hero_result.get("cumulative_fix_break", []):
+        f, b = entry.get("adopted_fixes", 0), entry.get("adopted_breaks", 0)
+        out.append((f - prev_f, b - prev_b))
+        prev_f, prev_b = f, b
+    return out
+
+
 class StagedRun:
     """seed eval → HERO-O → eval → HERO-T eval, each stage cached in `out_dir`."""
 
@@ -122,8 +132,8 @@ class StagedRun:
 
     def write(self, *reports: EvalReport) -> dict[str, Any]:
         hero = json.loads((self.out / "hero_o_result.json").read_text()) if (self.out / "hero_o_result.json").exists() else {}
-        per_round = [(r.get("adopted_fixes", 0), r.get("adopted_breaks", 0)) for r in hero.get("rounds", [])]
-        ratio = hero.get("cumulative_fix_to_break")
+        per_round = per_round_fix_break(hero)
+        fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
         rows = []
         for report in reports:
             is_hero = report.name.startswith("hero_o")
@@ -135,9 +145,13 @@ class StagedRun:
                 lm_calls=report.lm_calls,
                 tokens=report.input_tokens + report.output_tokens,
                 wall_s=report.wall_s,
-                fix_to_break=ratio if is_hero else None,
+                fix_break=fix_break if is_hero else None,
             ))
         notes = [f"task: {self.task.name}; split: {self.task.split_note}", f"test examples: {len(self.test)}"]
+        for report in reports:
+            errors = [o.error for o in report.outcomes if o.error]
+            if errors:
+                notes.append(f"{report.name}: {len(errors)} example(s) raised and scored 0; first: {errors[0][:200]}")
         if hero:
             notes.append(
                 f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "

@@ -24,7 +24,7 @@ class MethodRow:
     lm_calls: int = 0
     tokens: int = 0
     wall_s: float = 0.0
-    fix_to_break: float | None = None
+    fix_break: str | None = None  # "fixes:breaks" of adopted HERO-O prompts, e.g. "6:1"
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -44,7 +44,7 @@ def markdown_table(rows: list[MethodRow], title: str = "") -> str:
     lines.append("| method | pass@1 | n | rollouts | fix:break | LM calls | tokens | wall (s) |")
     lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        ftb = "—" if r.fix_to_break is None else (f"{r.fix_to_break:.2f}" if r.fix_to_break != float("inf") else "∞")
+        ftb = r.fix_break or "—"
         rollouts = "—" if r.rollouts is None else str(r.rollouts)
         lines.append(
             f"| {r.method} | {100 * r.pass_at_1:.1f}% | {r.n} | {rollouts} | {ftb} | {r.lm_calls} | {r.tokens} | {r.wall_s:.1f} |"
