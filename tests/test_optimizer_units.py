@@ -282,3 +282,17 @@ def test_metric_adapter_arities_and_return_types():
         normalize_metric_output("yes")
     with pytest.raises(MetricError):
         MetricAdapter(lambda: 1.0)
+
+
+def test_parse_edits_drops_programs_and_copied_templates_small_models_produce():
+    text = """ADD: SELECT * FROM table_name WHERE condition1 AND condition2 (F1, F2)
+ADD: MATCH (n:Person) RETURN n (F1)
+ADD: def solve(x): return x (F1)
+ADD: When <situation>, <what to do>. (F1)
+ADD: When the question asks how many, return COUNT(*) instead of rows. (F1)
+ADD: Select only the columns the question asks for (F2)
+ADD: When <country> = 'USA', SELECT * FROM singers WHERE country = 'USA' (F1)
+ADD: Use SELECT COUNT(*) FROM the table when counting and never list rows (F2)"""
+    edits = parse_edits(text, {"F1", "F2"})
+    assert [e.problem is None for e in edits] == [False, False, False, False, True, True, False, True]
+    assert "program fragment" in edits[0].problem and "placeholder" in edits[3].problem

@@ -276,7 +276,7 @@ class _Run:
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
         seed_instr = self._render(self.current)
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=opt.seed)
-        self.result.warnings += [n for n in self.pools.notes if "reuses" in n or "one" in n]
+        self.result.warnings += [f"pools: {n}" for n in self.pools.notes]
         self.archive = [ArchiveEntry("seed", 0, seed_instr, self._tokens(seed_instr))]
         self.reflection_usage = LMUsage()
         self.reserve = int(self.total * opt.selection_budget_fraction)

@@ -22,7 +22,8 @@ logger = logging.getLogger("dspy_hero.optimizer")
 @dataclass
 class Pools:
     """Example ids per pool. `selection_reuses_update` is True when the data was too small for a
-    separate selection pool and the update pool is used for final selection too."""
+    separate selection pool and the update pool is used for final selection too; `notes` are the
+    compromises the split had to make (they become HeroResult warnings)."""
 
     diagnosis: list[str]
     update: list[str]
@@ -85,7 +86,6 @@ class DefaultPoolSplitter:
         reuse = False
         if val:
             sel = [i for i, _ in val]
-            notes.append("selection pool = valset")
         elif not sel:
             sel, reuse = list(update), True
             notes.append(

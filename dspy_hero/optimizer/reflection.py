@@ -23,33 +23,36 @@ from dspy_hero.optimizer.instructions import RuleEdit
 
 
 class DiagnoseEvidence(dspy.Signature):
-    """You improve the instructions of a program generator from execution evidence.
-    Passing cases (ids P1, P2, ...) show behaviours to preserve. Failing cases (ids F1, F2, ...) show
-    behaviours to revise. Describe general behaviours (how programs are built), not single answers.
-    Cite the case ids of each behaviour in parentheses, e.g. (F1, F3)."""
+    """You review execution evidence for a program generator. Each case shows the inputs, the program
+    the generator wrote, and what happened when that program was executed. Failing cases have ids F1,
+    F2, ...; passing cases have ids P1, P2, ....
+    In plain English, say what the generator does wrong in the failing cases and what it does right in
+    the passing cases. Describe general behaviour (which construct it misuses, what it forgets), not
+    one particular question. End each line with the ids of the cases it is based on."""
 
     task_instructions: str = dspy.InputField(desc="the fixed task instruction")
     current_rules: str = dspy.InputField(desc="the numbered rules learned so far, or (none)")
-    evidence: str = dspy.InputField(desc="cases with inputs, generated output and execution feedback")
-    preserve: str = dspy.OutputField(desc="bullet list: behaviours behind passing cases, each citing ids like (P1, P2)")
-    revise: str = dspy.OutputField(desc="bullet list: mistakes behind failing cases, each citing ids like (F1, F2)")
+    evidence: str = dspy.InputField(desc="cases with inputs, generated program and execution feedback")
+    preserve: str = dspy.OutputField(desc="one line per good behaviour seen in passing cases, in plain English, ending with their ids")
+    revise: str = dspy.OutputField(desc="one line per mistake seen in failing cases, in plain English, ending with their ids")
 
 
 class ProposeRuleEdits(dspy.Signature):
-    """Propose edits to the rules appended to a program generator's instruction.
-    Each edit states one short, general, imperative rule that fixes the cited failing cases and keeps
-    the preserved behaviours. Never copy a specific answer, value, name or query from a case.
-    Write exactly one edit per line, each ending with the failing case ids it fixes, in one of these forms:
-    ADD: <rule> (F1, F3)
-    REPLACE <rule number>: <new rule> (F2)
-    DELETE <rule number> (F4)"""
+    """Write rules to add to the program generator's instructions so that it stops making the mistakes
+    in `revise` and keeps the behaviours in `preserve`.
+    A rule is one English sentence of the form "When <situation>, <what to do>." It must be general:
+    never include a specific question, value or name from a case, and never a whole program.
+    Write one edit per line, each ending with the ids of the failing cases it fixes:
+    ADD: When <situation>, <what to do>. (F1, F3)
+    To change an existing numbered rule: REPLACE <number>: <new rule> (F2)
+    To remove an existing numbered rule: DELETE <number> (F4)"""
 
     task_instructions: str = dspy.InputField(desc="the fixed task instruction")
     current_rules: str = dspy.InputField(desc="the numbered rules learned so far, or (none)")
     preserve: str = dspy.InputField(desc="behaviours to preserve")
-    revise: str = dspy.InputField(desc="behaviours to revise")
+    revise: str = dspy.InputField(desc="mistakes to fix")
     num_edits: int = dspy.InputField(desc="how many different edits to propose")
-    edits: str = dspy.OutputField(desc="one edit per line, each citing failing case ids")
+    edits: str = dspy.OutputField(desc="one edit per line (ADD / REPLACE / DELETE), each ending with failing case ids")
 
 
 @dataclass
@@ -130,11 +133,11 @@ class RuleProposer:
     def propose(self, ctx: ReflectionContext) -> Proposal:
         rules = numbered(ctx.rules)
         try:
-            diag = _call(self.diagnose, ("preserve", "revise"), task_instructions=ctx.seed,
+            diag = _call(self.diagnose, ("preserve", "revise"), "revise", task_instructions=ctx.seed,
                          current_rules=rules, evidence=ctx.evidence)
             preserve, revise = diag.get("preserve", ""), diag.get("revise", "")
             gradient = f"Preserve:\n{preserve.strip()}\n\nRevise:\n{revise.strip()}"
-            out = _call(self.edit, ("edits",), task_instructions=ctx.seed, current_rules=rules,
+            out = _call(self.edit, ("edits",), "edits", task_instructions=ctx.seed, current_rules=rules,
                         preserve=preserve or "(none)", revise=revise or "(none)", num_edits=ctx.num_candidates)
         except Exception as exc:  # LM down, timeouts, rate limits: the round records it, nothing is adopted
             return Proposal(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
@@ -142,14 +145,15 @@ class RuleProposer:
         return Proposal(gradient=gradient, raw=raw, edits=parse_edits(raw, ctx.failing_ids))
 
 
-def _call(predictor: dspy.Predict, fields: tuple[str, ...], **inputs) -> dict[str, str]:
+def _call(predictor: dspy.Predict, fields: tuple[str, ...], fallback: str, **inputs) -> dict[str, str]:
     """Run a predictor; if the adapter cannot parse the answer, keep the raw completion as the
-    first output field (small models often answer in free text; the parsers below cope)."""
+    `fallback` field (small models often answer in free text: the failing behaviours, and the edit
+    lines, are what matter, and the tolerant parsers below cope with free text)."""
     try:
         pred = predictor(**inputs)
         return {f: str(getattr(pred, f, "") or "") for f in fields}
     except dspy.utils.exceptions.AdapterParseError as exc:
-        return {fields[0]: str(exc.lm_response or "")}
+        return {fallback: str(exc.lm_response or "")}
 
 
 _BULLET = re.compile(r"^\s*(?:[-*•+]|\d+\s*[.):]|\(\d+\)|#+)\s*")
@@ -177,8 +181,33 @@ def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
             edit.problem = "cites no failing case shown in the evidence"
         elif edit.op != "delete" and len(edit.rule.split()) < 3:
             edit.problem = "rule too short to be a general instruction"
+        elif edit.op != "delete" and (why := _not_a_rule(edit.rule)):
+            edit.problem = why
         edits.append(edit)
     return edits
+
+
+_CODE = re.compile(  # how programs (not sentences about them) begin
+    r"^\s*(?:select\s+(?:\*|distinct\b|[\w.]+\s*(?:,|\bfrom\b))|with\s+\w+\s+as\s*\(|insert\s+into|update\s+\w+\s+set|"
+    r"delete\s+from|create\s+(?:table|index|view)|(?:optional\s+)?match\s*\(|merge\s*\(|def\s+\w+\s*\(|import\s+\w+|"
+    r"from\s+[\w.]+\s+import\b|class\s+\w+\s*[:(])",
+    re.IGNORECASE,
+)
+
+
+_EMBEDDED = re.compile(  # a whole query inside a sentence ("When ..., SELECT * FROM t WHERE ...")
+    r"\bselect\b[^.;]*?\bfrom\s+\w+[^.;]*?\b(?:where|join|group\s+by|order\s+by)\b|\bmatch\s*\(\w*:\w+[^)]*\)\s*-",
+    re.IGNORECASE,
+)
+
+
+def _not_a_rule(rule: str) -> str | None:
+    """Why `rule` is not an instruction (small models often answer with a program or the template)."""
+    if "```" in rule or _CODE.match(rule) or _EMBEDDED.search(rule):
+        return "rule is a program fragment, not an instruction"
+    if re.search(r"<\s*(?:situation|what to do|new rule|rule|number)\s*>", rule, re.IGNORECASE):
+        return "rule repeats the template placeholder"
+    return None
 
 
 def _json_items(text: str) -> list[Any] | None:
