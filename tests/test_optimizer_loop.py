@@ -316,3 +316,15 @@ def test_use_mlflow_without_mlflow_installed_still_runs(caplog):
     with caplog.at_level(logging.WARNING, logger="dspy_hero.optimizer"):
         out, res, _, _ = run(make_examples(30), [[COUNT_RULE]], num_rounds=1, use_mlflow=True)
     assert "mlflow is not installed" in caplog.text and res.rounds
+
+
+def test_lm_set_on_the_predictor_is_used_and_shared_not_copied(caplog):
+    tl, rl = task_lm(), reflection_lm([[COUNT_RULE]])
+    student = program()
+    student.generate.lm = tl
+    with caplog.at_level(logging.WARNING):
+        out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=200, num_rounds=1,
+                            display_progress=False).compile(student, make_examples(40))
+    assert out.generate.lm is tl and student.generate.lm is tl
+    assert engine_of(tl).call_count == out.detailed_results.total_metric_calls > 0
+    assert "Failed to deep copy" not in caplog.text

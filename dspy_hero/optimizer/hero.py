@@ -267,6 +267,10 @@ class _Run:
 
         splitter = opt.pool_splitter or DefaultPoolSplitter(opt.pool_fractions, opt.group_key)
         self.pools = splitter.split(self.train, self.val, self.rng_seed)
+        if not self.pools.diagnosis or not self.pools.update or not self.pools.selection:
+            raise ValueError(f"the pool splitter left a pool empty: {self.pools}")
+        if set(self.pools.diagnosis) & set(self.pools.update):
+            raise ValueError("diagnosis and update pools overlap: an example would both inspire and judge a change")
         self.journal = Journal(opt.log_dir, self._fingerprint()) if opt.log_dir else None
         self.budget = Budget(self.total)
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=opt.num_threads or 1,

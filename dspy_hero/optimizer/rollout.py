@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextvars
+import copy
 import inspect
 import math
 import threading
@@ -175,9 +176,18 @@ def _fields(obj: Any) -> dict[str, str]:
 
 
 def build_variant(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched)."""
-    program = student.deepcopy()
-    for name, predictor in program.named_predictors():
+    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched).
+
+    LMs set on the student's predictors are shared, not copied: a variant must call the same model
+    (and engine) the user configured, and LM objects are not meant to be deep-copied.
+    """
+    lms = {id(p.lm): p.lm for _, p in student.named_predictors() if p.lm is not None}
+    try:
+        program = copy.deepcopy(student, dict(lms))
+    except Exception:  # modules holding uncopyable state: DSPy's own attribute-wise copy
+        program = student.deepcopy()
+    for (name, predictor), (_, original) in zip(program.named_predictors(), student.named_predictors()):
+        predictor.lm = original.lm
         if name in instructions:
             predictor.signature = predictor.signature.with_instructions(instructions[name])
     return program
