@@ -493,7 +493,8 @@ class _Run:
             res.tokens_per_optimization_call = res.reflection_lm.tokens / res.reflection_lm.calls
         res.adopted_fix_break_ratio = res.adopted_fixes / res.adopted_breaks if res.adopted_breaks else None
         res.overall_fix_break_ratio = res.overall_fixes / res.overall_breaks if res.overall_breaks else None
-        assert self.budget.spent <= self.total
+        if self.budget.spent > self.total:  # Budget.take makes this impossible; fail loudly if it ever is not
+            raise RuntimeError(f"metric-call budget exceeded: {self.budget.spent} > {self.total}")
         program = build_variant(self.student, final.instructions)
         program.detailed_results = res
         if self.journal:
