@@ -272,11 +272,19 @@ def test_multi_predictor_round_robin_uses_per_predictor_traces():
 @given(budget=st.one_of(st.integers(0, 12), st.integers(13, 250)), threads=st.sampled_from([1, 3]))
 def test_budget_is_never_exceeded(budget, threads):
     tl = task_lm()
+    metric_calls = []
+
+    def counted(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        metric_calls.append(1)
+        return feedback_metric(gold, pred, trace, pred_name, pred_trace)
+
     _, res, tl, _ = run(make_examples(36), [[COUNT_RULE, NOOP_RULE, LIMIT_RULE], [SUM_RULE], [NOOP_RULE]],
-                        tl=tl, max_metric_calls=budget, num_rounds=3, num_threads=threads)
+                        metric=counted, tl=tl, max_metric_calls=budget, num_rounds=3, num_threads=threads)
     assert res.total_metric_calls <= budget
     assert engine_of(tl).call_count <= budget  # one task-LM call per rollout: the ground truth
     assert engine_of(tl).call_count == res.total_metric_calls
+    # Every metric call, the pre-flight check included, is paid from the same budget.
+    assert len(metric_calls) == res.total_metric_calls + res.preflight_metric_calls <= budget
 
 
 def test_gepa_only_arguments_are_accepted_and_warned_once(caplog):

@@ -226,11 +226,11 @@ class _Run:
 
             metric = infer_metric(trainset)
         self.metric = MetricAdapter(metric)
-        self._preflight_lms()
-        self._preflight_metric()
         self.total = resolve_budget(auto=opt.auto, max_full_evals=opt.max_full_evals, max_metric_calls=opt.max_metric_calls,
                                     num_predictors=len(self.predictors), trainset_size=len(trainset),
                                     valset_size=len(valset) if valset else None)
+        self._preflight_lms()
+        self.preflight_calls = self._preflight_metric(limit=self.total)
         self.rng_seed = 0 if opt.seed is None else int(opt.seed)
 
     # ---- pre-flight: fail before spending anything -------------------------------------------
@@ -240,15 +240,21 @@ class _Run:
             raise ValueError("no task LM: call dspy.configure(lm=...) or set predictor.lm before compile()")
         self.reflection_lm = self.opt.reflection_lm or dspy.settings.lm or lms[0]
 
-    def _preflight_metric(self) -> None:
+    def _preflight_metric(self, limit: int) -> int:
         """Call the metric once per distinct example field set with an empty prediction: a metric
-        that raises, needs fields some examples lack, or scores outside [0, 1] fails here."""
+        that raises, needs fields some examples lack, or scores outside [0, 1] fails here.
+
+        These calls run no program, but they are metric calls, so they are paid from the budget
+        (at most `limit` of them): an outside counter of metric calls never sees more than the budget.
+        Returns how many were made."""
         outputs = {f: "" for _, p in self.student.named_predictors() for f in p.signature.output_fields}
         seen: set[frozenset] = set()
         for ex_id, ex in self.examples.items():
             keys = frozenset(ex.keys())
             if keys in seen:
                 continue
+            if len(seen) >= limit:
+                break
             seen.add(keys)
             try:
                 self.metric(ex, dspy.Prediction(**outputs), None)
@@ -259,6 +265,7 @@ class _Run:
                     f"the metric raised on example {ex_id} during the pre-flight check (called with an empty "
                     f"prediction before any budget is spent): {type(exc).__name__}: {exc}"
                 ) from exc
+        return len(seen)
 
     # ---- the loop ------------------------------------------------------------------------------
     def execute(self) -> dspy.Module:
@@ -272,7 +279,7 @@ class _Run:
         if set(self.pools.diagnosis) & set(self.pools.update):
             raise ValueError("diagnosis and update pools overlap: an example would both inspire and judge a change")
         self.journal = Journal(opt.log_dir, self._fingerprint()) if opt.log_dir else None
-        self.budget = Budget(self.total)
+        self.budget = Budget(max(0, self.total - self.preflight_calls))  # rollouts; pre-flight calls already paid
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=opt.num_threads or 1,
                                  failure_score=opt.failure_score, journal=self.journal,
                                  display_progress=opt.display_progress)
@@ -484,6 +491,7 @@ class _Run:
         res.final_entry_id, res.final_instructions = final.entry_id, dict(final.instructions)
         res.final_prompt_tokens = final.prompt_tokens
         res.total_metric_calls = self.budget.spent
+        res.preflight_metric_calls = self.preflight_calls
         res.replayed_metric_calls = self.rollouts.replayed
         res.rollout_errors = self.rollouts.error_counts()
         u = self.rollouts.usage

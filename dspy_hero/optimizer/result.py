@@ -64,7 +64,8 @@ class LMUsage:
 @dataclass
 class HeroResult:
     budget: int = 0
-    total_metric_calls: int = 0
+    total_metric_calls: int = 0  # program rollouts, each with one metric evaluation
+    preflight_metric_calls: int = 0  # metric calls on empty predictions before the run (paid from `budget`)
     seed_instructions: dict[str, str] = field(default_factory=dict)
     final_instructions: dict[str, str] = field(default_factory=dict)
     final_entry_id: str = "seed"
