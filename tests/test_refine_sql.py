@@ -329,3 +329,15 @@ def test_demo_bank_from_metric_and_from_program(db_path):
     assert len(bank) == 4 and {d.source for d in bank.demos} == {"generated"}
     assert bank.stats["failed_metric"] == 7
     assert {d.program for d in bank.demos} == set(answers.values())
+
+
+def test_a_second_retrieve_spends_budget_but_no_lm_call(db_path):
+    bank = DemoBank.from_examples(_bank_examples(db_path))
+    script = RoleScript(generator={"sql": WRONG}, refiner={"action": "retrieve", "argument": ""},
+                        selector={"chosen": "1"})
+    pred = run(script, make(script, demos=bank, budget=3), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, RETRIEVE, RETRIEVE, RETRIEVE]
+    assert script.count("selector") == 1 and "already retrieved" in trace.steps[2].evidence
+    assert "- retrieve" not in script.seen["refiner"][1].inputs["actions"]  # no longer offered
+    assert len(trace.demos_shown) == 1

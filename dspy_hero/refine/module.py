@@ -254,7 +254,10 @@ class _Episode:
     def _step(self, left: int) -> bool:
         """One refiner decision and its action; True when the episode should end."""
         m, trace = self.m, self.trace
-        can_retrieve = m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
+        # One retrieval per episode: its chosen examples stay on show, so a second one would only
+        # spend budget (small models otherwise repeat it).
+        can_retrieve = (m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
+                        and not any(s.action == RETRIEVE for s in trace.steps))
         self.counter.role = "refiner"
         try:
             with m._lm_context():
@@ -297,6 +300,8 @@ class _Episode:
     def _retrieve(self, keywords: str, can_retrieve: bool) -> str:
         m = self.m
         if not can_retrieve:
+            if any(s.action == RETRIEVE for s in self.trace.steps):
+                return "already retrieved: the chosen examples are shown with the task"
             return "no verified examples are available"
         query = " ".join(x for x in (self.task_query, keywords) if x)
 
