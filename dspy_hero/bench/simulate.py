@@ -1,20 +1,24 @@
-"""Scripted task and reflection LMs for the harness's `--simulate` mode.
+"""Scripted task and reflection LMs for the harness's `--simulate` mode, the CLI's `--lm simulated`
+and the notebooks, for SQL, Cypher and Python.
 
-The simulation runs every method's real loop (real programs, real SQLite execution, real metric)
-with LMs whose behaviour is a known function of the prompt, so the optimizers' *mechanics* can be
-compared in seconds: which rules each one adopts, how many rollouts and LM calls it spends, how often
-an accepted change breaks previously solved examples.
+This is a simulation of HERO's *mechanics*, not of a model: the LMs' behaviour is a known function
+of the prompt, so every method's real loop (real programs, real execution on SQLite / the embedded
+FalkorDB engine / the Python sandbox, the real metric) can be run and compared in seconds: which rules
+each one adopts, how many rollouts and LM calls it spends, how often an accepted change breaks
+previously solved examples. Simulated accuracies say nothing about how well any model solves the task.
 
-The world: each SQL skill the gold query needs (COUNT, ORDER BY, GROUP BY, JOIN, DISTINCT, a nested
-query) is solved only if the instructions contain that skill's rule. A "hard" ~15% of questions are
-never solved. One tempting rule ("end every query with LIMIT 1") fixes single-answer questions and
-breaks multi-row ones; the reflection LM proposes it regularly, so acceptance tests matter. Given an
-execution error as evidence, a reviser fixes the query unless the question is hard.
+The world (per language, see `simulate_worlds`): each skill the gold program needs (SQL: COUNT,
+ORDER BY, GROUP BY, JOIN, DISTINCT, a nested query; Cypher: count(), ORDER BY, DISTINCT, OPTIONAL
+MATCH, WITH/aggregation, variable-length paths; Python: sorting, string handling, dates, dict
+aggregation, raising on invalid input, empty input) is solved only if the instructions contain that
+skill's rule. A "hard" ~15% of instances are never solved. One tempting rule (SQL/Cypher: "end every
+query with LIMIT 1"; Python: "never raise, return None") changes nothing on some instances and breaks
+others; the reflection LM proposes it regularly, so acceptance tests matter. Given an execution error
+as evidence, a reviser fixes the program unless the instance is hard.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import re
 import threading
@@ -24,91 +28,143 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.bench.simulate_worlds import (
+    SQL_WORLD,
+    WorldSpec,
+    gold_program,
+    needs_text,
+    stable_hash,
+    world_spec,
+)
 from dspy_hero.lm.scripted import ScriptedRequest, scripted_lm
 
+# The SQL world's tables, kept under their original names for callers and tests.
 # skill -> (what in the gold SQL needs it, the rule that teaches it, the marker the task LM looks for)
-SKILLS: dict[str, tuple[str, str, str]] = {
-    "count": (r"\bcount\s*\(", "When the question asks how many, aggregate with COUNT.", "how many"),
-    "order": (r"\border\s+by\b", "When the question asks for a ranking or extreme, sort with ORDER BY.", "order by"),
-    "group": (r"\bgroup\s+by\b", "When the question asks per category, use GROUP BY on that category.", "group by"),
-    "join": (r"\bjoin\b", "When columns come from several tables, JOIN them on their shared key.", "join them"),
-    "distinct": (r"\bdistinct\b", "When the question asks for different values, use SELECT DISTINCT.", "select distinct"),
-    "nested": (r"\(\s*select\b", "When a condition depends on another query, use a nested subquery.", "nested subquery"),
-}
-HARMFUL_RULE = "Always end every query with LIMIT 1 to keep the answer short."
-HARMFUL_MARKER = "limit 1 to keep"
+SKILLS: dict[str, tuple[str, str, str]] = {s.name: (s.pattern, s.rule, s.marker) for s in SQL_WORLD.skills}
+HARMFUL_RULE = SQL_WORLD.harmful_rule
+HARMFUL_MARKER = SQL_WORLD.harmful_marker
+_NO_ERROR = re.compile(r"\b(without (an? )?(error|exception)s?|no errors?)\b", re.IGNORECASE)
+_ERROR = re.compile(r"error|exception|traceback", re.IGNORECASE)
+_PY_DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(")
 
 
 def _h(text: str) -> int:
-    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+    return stable_hash(text)
 
 
 def skills_needed(sql: str) -> set[str]:
-    return {name for name, (pattern, _, _) in SKILLS.items() if re.search(pattern, sql, re.IGNORECASE)}
+    return SQL_WORLD.needed(sql)
+
+
+def shows_error(text: str) -> bool:
+    """Does this evidence report an error? ("ran without error" does not count.)"""
+    return bool(_ERROR.search(_NO_ERROR.sub("", text or "")))
 
 
 @dataclass
 class SimulatedWorld:
-    """Question -> gold SQL lookup plus the deterministic behaviour rules (thread-safe)."""
+    """Instance key (question, or entry point for Python) -> gold program, plus the deterministic
+    behaviour rules of one language's world (thread-safe).
+
+    `needs` maps each key to the skills it needs; by default they are read off the gold program.
+    """
 
     gold: dict[str, str]
     hard_fraction: float = 0.15
+    spec: WorldSpec = SQL_WORLD
+    needs: dict[str, set[str]] | None = None
     _proposals: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.hard_fraction <= 1.0:
+            raise ValueError(f"hard_fraction must be in [0, 1], got {self.hard_fraction}")
+        if self.needs is None:
+            self.needs = {key: self.spec.needed(gold) for key, gold in self.gold.items()}
+
     @classmethod
-    def from_examples(cls, examples: Sequence[dspy.Example], **kw: Any) -> SimulatedWorld:
-        return cls({ex.question: ex.gold_sql for ex in examples}, **kw)
+    def from_examples(cls, examples: Sequence[dspy.Example], language: str = "sql", **kw: Any) -> SimulatedWorld:
+        spec = world_spec(language)
+        gold, needs = {}, {}
+        for ex in examples:
+            key = ex.get(spec.key_field)
+            if not key:
+                raise ValueError(f"a {language} simulation needs examples with a {spec.key_field!r} field")
+            gold[key] = gold_program(spec, ex)
+            needs[key] = spec.needed(needs_text(spec, ex))
+        return cls(gold, spec=spec, needs=needs, **kw)
 
-    def hard(self, question: str) -> bool:
-        return _h("hard" + question) % 1000 < self.hard_fraction * 1000
+    @property
+    def language(self) -> str:
+        return self.spec.language
 
-    def find_question(self, text: str) -> str | None:
+    def hard(self, key: str) -> bool:
+        return _h("hard" + key) % 1000 < self.hard_fraction * 1000
+
+    def find_key(self, text: str) -> str | None:
+        """The instance a prompt is about: the longest question it contains, or (Python) the first
+        function it defines whose name is an instance key."""
+        if not text:
+            return None
+        if self.spec.key_field == "entry_point":
+            return next((name for name in _PY_DEF.findall(text) if name in self.gold), None)
         hits = [q for q in self.gold if q in text]
         return max(hits, key=len) if hits else None
 
+    def locate(self, req: ScriptedRequest) -> str | None:
+        # The instance's own fields first: a reviser's prompt also lists other tasks as examples.
+        for text in (req.inputs.get(self.spec.key_field), req.inputs.get("question"), req.inputs.get("prompt"),
+                     req.inputs.get("task"), req.user):
+            key = self.find_key(text or "")
+            if key:
+                return key
+        return None
+
+    def _gold(self, key: str) -> str:
+        gold = self.gold[key]
+        return gold if self.spec.language == "python" else gold.strip().rstrip(";")
+
     # ------------------------------------------------------------------ task LM
     def answer(self, question: str, instructions: str) -> str:
-        gold = self.gold[question].strip().rstrip(";")
+        """The program the task LM writes for instance `question` under these instructions."""
+        gold = self._gold(question)
         low = instructions.lower()
-        missing = [s for s in sorted(skills_needed(gold)) if SKILLS[s][2] not in low]
+        missing = [s for s in sorted(self.needs[question]) if self.spec.skill(s).marker not in low]
         if self.hard(question) or missing:
             return self.wrong(question, gold)
-        if HARMFUL_MARKER in low and not re.search(r"\blimit\b", gold, re.IGNORECASE):
-            return gold + " LIMIT 1"
+        if self.spec.harmful_marker in low:
+            return self.spec.apply_harmful(gold)
         return gold
 
     def wrong(self, question: str, gold: str) -> str:
         # Half the failures are execution errors (feedback a reviser can act on), half wrong results.
         if _h("err" + question) % 2 == 0:
-            return "SELEC " + gold[len("SELECT "):] if gold.upper().startswith("SELECT ") else "SELEC 1"
-        return "SELECT 'no answer' WHERE 0 = 1" if _h("e" + question) % 3 else "SELECT 0"
+            return self.spec.broken(question, gold)
+        return self.spec.wrong_result(question, gold)
 
     def revise(self, question: str, current: str, evidence: str) -> str:
-        """Execution errors shown in the evidence are fixable (unless the question is hard); wrong
+        """Execution errors shown in the evidence are fixable (unless the instance is hard); wrong
         results that execute cleanly are not, since nothing observable points at the mistake."""
-        broken = current.strip().upper().startswith("SELEC ")
-        if broken and "error" in evidence.lower() and not self.hard(question):
-            return self.gold[question]
+        if self.spec.is_broken(current) and shows_error(evidence) and not self.hard(question):
+            return self._gold(question)
         return current
 
     def task_script(self, req: ScriptedRequest) -> dict[str, Any] | str:
         outs = set(req.output_fields)
-        text = req.user
-        question = self.find_question(text)
-        if "sql" in outs and "observation" in req.inputs and question:  # ReAct revision
-            return {"sql": self.revise(question, req.inputs.get("previous_program", ""), req.inputs["observation"])}
-        if "sql" in outs and question:  # generation
-            return {"sql": self.answer(question, req.instructions)}
-        if "revised_program" in outs and question:  # HERO-T reviser
+        field_name = self.spec.program_field
+        key = self.locate(req)
+        if field_name in outs and "observation" in req.inputs and key:  # ReAct revision
+            return {field_name: self.revise(key, req.inputs.get("previous_program", ""), req.inputs["observation"])}
+        if field_name in outs and key:  # generation
+            return {field_name: self.answer(key, req.instructions)}
+        if "revised_program" in outs and key:  # HERO-T reviser
             current = req.inputs.get("program", "")
-            return {"reason": "(1) the execution error", "revised_program": self.revise(question, current, req.inputs.get("evidence", ""))}
+            return {"reason": "(1) the execution error", "revised_program": self.revise(key, current, req.inputs.get("evidence", ""))}
         if "supported" in outs:  # HERO-T judge: supported when the revision executes cleanly
-            new_exec = req.inputs.get("new_execution", "").lower()
-            return {"reason": "compared with the evidence", "supported": "error" not in new_exec}
+            return {"reason": "compared with the evidence", "supported": not shows_error(req.inputs.get("new_execution", ""))}
         if "action" in outs:  # HERO-T refiner: revise on an error, otherwise stop
-            evidence = req.inputs.get("evidence", "").lower()
-            return {"action": "revise" if "error" in evidence else "stop", "argument": "fix the execution error"}
+            evidence = req.inputs.get("evidence", "")
+            return {"action": "revise" if shows_error(evidence) else "stop", "argument": "fix the execution error"}
         if "chosen" in outs:
             return {"chosen": "1"}
         return {}
@@ -119,11 +175,12 @@ class SimulatedWorld:
         with self._lock:
             n = next(self._proposals)
         low = present.lower()
-        if n % 3 == 2 and HARMFUL_MARKER not in low:
-            return HARMFUL_RULE
-        missing = [rule for _, rule, marker in SKILLS.values() if marker not in low]
+        harmful = self.spec.harmful_rule
+        if n % 3 == 2 and self.spec.harmful_marker not in low:
+            return harmful
+        missing = [s.rule for s in self.spec.skills if s.marker not in low]
         if not missing:
-            return HARMFUL_RULE
+            return harmful
         return missing[n % len(missing)]
 
     def reflection_script(self, req: ScriptedRequest) -> dict[str, Any] | str:
@@ -131,12 +188,13 @@ class SimulatedWorld:
         everything = req.user
         if {"preserve", "revise"} <= outs:  # HERO-O diagnosis
             failing = sorted(set(re.findall(r"\bF\d+\b", req.inputs.get("evidence", ""))), key=lambda c: int(c[1:]))[:3]
-            return {"preserve": "- keep the answered columns (P1)", "revise": f"- missing SQL constructs ({', '.join(failing) or 'F1'})"}
+            what = {"sql": "SQL constructs", "cypher": "Cypher constructs", "python": "handling in the function"}[self.language]
+            return {"preserve": "- keep what the passing cases do (P1)", "revise": f"- missing {what} ({', '.join(failing) or 'F1'})"}
         if "edits" in outs:  # HERO-O rule edits
             cites = re.findall(r"\bF\d+\b", req.inputs.get("revise", "")) or ["F1"]
             k = int(re.sub(r"\D", "", req.inputs.get("num_edits", "1")) or 1)
             present = req.inputs.get("current_rules", "") + req.inputs.get("task_instructions", "")
-            rules = []
+            rules: list[str] = []
             for _ in range(max(1, k)):
                 rule = self.next_rule(present + " ".join(rules))
                 if rule not in rules:
@@ -151,7 +209,17 @@ class SimulatedWorld:
         return {}
 
 
-def simulated_lms(examples: Sequence[dspy.Example], **kw: Any) -> tuple[dspy.LM, dspy.LM, SimulatedWorld]:
-    """(task LM, reflection LM, world) for a simulated comparison over these SQL examples."""
-    world = SimulatedWorld.from_examples(examples, **kw)
-    return scripted_lm(world.task_script, name="sim-task"), scripted_lm(world.reflection_script, name="sim-reflection"), world
+def simulated_lms(
+    examples: Sequence[dspy.Example], language: str = "sql", **kw: Any
+) -> tuple[dspy.LM, dspy.LM, SimulatedWorld]:
+    """(task LM, reflection LM, world) for a simulation over these examples.
+
+    `language` is "sql" (examples with question + gold_sql), "cypher" (question + gold_cypher) or
+    "python" (built-in Python tasks: entry_point + test_code; the gold program is the reference
+    solution from `python_reference`). `kw` goes to `SimulatedWorld` (e.g. ``hard_fraction``).
+    A simulation of mechanics: see the module docstring.
+    """
+    world = SimulatedWorld.from_examples(examples, language=language, **kw)
+    suffix = "" if language == "sql" else f"-{language}"
+    return (scripted_lm(world.task_script, name=f"sim-task{suffix}"),
+            scripted_lm(world.reflection_script, name=f"sim-reflection{suffix}"), world)
