@@ -163,3 +163,15 @@ def test_tasks_without_question_fields_are_searched_by_their_other_text_inputs()
     bank = DemoBank([Demo(demo_fields, "MATCH (p) RETURN p", "cypher")])
     hits = bank.retrieve("actors born in Lyon", 3)
     assert [d.program for d, _ in hits] == ["MATCH (p) RETURN p"]
+
+
+def test_retrieval_prefers_demos_from_the_same_database_and_keeps_the_group():
+    bank = DemoBank([
+        Demo({"question": "How many singers are from France?"}, "SELECT 1", "sql", group="concert"),
+        Demo({"question": "How many patients are older than 40?"}, "SELECT 2", "sql", group="hospital"),
+        Demo({"question": "How many patients are from France?"}, "SELECT 3", "sql", group="hospital"),
+    ])
+    query = "How many singers are from France?!"
+    assert bank.retrieve(query, 3)[0][0].program == "SELECT 1"
+    assert [d.program for d, _ in bank.retrieve(query, 3, group="hospital")] == ["SELECT 3", "SELECT 2", "SELECT 1"]
+    assert DemoBank.from_dict(bank.to_dict()).demos[2].group == "hospital"

@@ -110,7 +110,7 @@ def test_revision_that_fails_to_execute_is_rejected_without_the_judge(db_path):
 @pytest.mark.parametrize("budget", [0, 2, 5])
 def test_budget_is_respected(db_path, budget):
     script = RoleScript(generator={"sql": WRONG}, refiner={"action": "probe", "argument": "sample_values singer.country"})
-    pred = run(script, make(script, budget=budget), db_path)
+    pred = run(script, make(script, budget=budget, revise_on_error=False), db_path)
     trace = pred.refinement
     assert script.count("refiner") == budget == trace.actions_used
     assert [s.action for s in trace.steps] == [EXECUTE] + [PROBE] * budget
@@ -204,7 +204,7 @@ def test_labels_of_the_test_instance_are_never_read(db_path):
     assert environment_for(LabelTrap(db_path)).language == "sql"
     # labels passed as keywords are dropped unread: the gold never reaches any prompt
     script2 = RoleScript(generator={"sql": WRONG}, refiner={"action": "diagnose", "argument": "unsure"})
-    run(script2, make(script2, budget=2), db_path, gold_sql="SELECT 'GOLD-SECRET'")
+    run(script2, make(script2, budget=2, revise_on_error=False), db_path, gold_sql="SELECT 'GOLD-SECRET'")
     assert script2.count("refiner") == 2
     assert not any("GOLD-SECRET" in r.user or "GOLD-SECRET" in r.system for reqs in script2.seen.values() for r in reqs)
 
@@ -216,7 +216,7 @@ def test_malformed_refiner_output_uses_budget_and_never_crashes(db_path):
         refiner=["this is not in any format", "still no format", {"action": "dance", "argument": "?"},
                  {"action": "probe", "argument": "no_such_probe: x"}],
     )
-    pred = run(script, make(script, budget=3), db_path)
+    pred = run(script, make(script, budget=3, revise_on_error=False), db_path)
     trace = pred.refinement
     assert [s.action for s in trace.steps] == [EXECUTE, INVALID, INVALID, INVALID]
     assert "unparseable" in trace.steps[1].evidence and trace.steps[1].lm_calls == 2
@@ -335,9 +335,24 @@ def test_a_second_retrieve_spends_budget_but_no_lm_call(db_path):
     bank = DemoBank.from_examples(_bank_examples(db_path))
     script = RoleScript(generator={"sql": WRONG}, refiner={"action": "retrieve", "argument": ""},
                         selector={"chosen": "1"})
-    pred = run(script, make(script, demos=bank, budget=3), db_path)
+    pred = run(script, make(script, demos=bank, budget=3, revise_on_error=False), db_path)
     trace = pred.refinement
     assert [s.action for s in trace.steps] == [EXECUTE, RETRIEVE, RETRIEVE, RETRIEVE]
     assert script.count("selector") == 1 and "already retrieved" in trace.steps[2].evidence
     assert "- retrieve" not in script.seen["refiner"][1].inputs["actions"]  # no longer offered
     assert len(trace.demos_shown) == 1
+
+
+def test_the_last_action_revises_a_program_that_still_fails(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG + "[[ ## completed ## ]]"},  # a marker a small model left inline
+        refiner={"action": "diagnose", "argument": "the column name looks wrong"},
+        reviser={"reason": "[0] no such column nam", "revised_program": FIXED},
+        judge={"reason": "the error names the column", "supported": True},
+    )
+    pred = run(script, make(script, budget=3), db_path)
+    trace = pred.refinement
+    assert trace.initial_program == WRONG  # the marker was stripped
+    assert [s.action for s in trace.steps] == [EXECUTE, "diagnose", "diagnose", REVISE]
+    assert script.count("refiner") == 2 and trace.actions_used == 3  # the forced revision asked no refiner
+    assert pred.sql == FIXED

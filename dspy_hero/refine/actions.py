@@ -71,13 +71,20 @@ def _probe(name: str, argument: str, probe_argument: str) -> Action:
 
 
 def render_actions(probes: dict[str, str], can_retrieve: bool, left: int) -> str:
-    """The menu shown to the refiner: each action, each probe with its argument, the budget left."""
-    lines = [f"{left} action(s) left. Answer with one action:", "- diagnose (argument: your diagnosis)"]
+    """The menu shown to the refiner: each action and what its argument is, and the budget left.
+
+    Arguments are described, not shown as placeholders: small models copy placeholders verbatim.
+    """
+    lines = [f"{left} action(s) left. Put one action name in `action` and its argument in `argument`."]
     for name, desc in probes.items():
-        lines.append(f"- probe {name}: {desc}")
+        lines.append(f"- probe — argument `{name}` followed by: {desc}")
     if can_retrieve:
-        lines.append("- retrieve (argument: optional keywords)")
-    lines += ["- revise (argument: the change to make)", "- stop"]
+        lines.append("- retrieve — argument: keywords for similar verified tasks, or nothing")
+    lines += [
+        "- diagnose — argument: what the evidence shows is wrong, in your own words",
+        "- revise — argument: the change the evidence calls for",
+        "- stop — argument: nothing",
+    ]
     return "\n".join(lines)
 
 
@@ -85,7 +92,7 @@ SelectFn = Callable[[str, str], str]  # (task, numbered candidates) -> chosen nu
 
 
 def choose_demos(
-    bank: DemoBank, query: str, task_text: str, k: int, max_demos: int, select: SelectFn
+    bank: DemoBank, query: str, task_text: str, k: int, max_demos: int, select: SelectFn, group: str | None = None
 ) -> tuple[list[Demo], str]:
     """Retrieve `k` demos by BM25, let `select` (the LM) pick some, and keep at most `max_demos`.
 
@@ -93,7 +100,7 @@ def choose_demos(
     `max_demos` verified programs ever reach the refiner or reviser. When BM25 finds no more than
     `max_demos`, they are all kept and no LM call is made. Returns (demos, a note for the trace).
     """
-    found = bank.retrieve(query, k=k, task_text=task_text)
+    found = bank.retrieve(query, k=k, task_text=task_text, group=group)
     if not found:
         return [], "no verified example shares terms with this task"
     if len(found) <= max_demos:

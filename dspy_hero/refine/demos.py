@@ -79,6 +79,7 @@ class Demo:
     program: str
     language: str
     source: str = "gold"  # "gold" (the example's own program) or "generated" (passed the metric)
+    group: str = ""  # the database or graph it ran on (db_id / graph), to prefer same-database demos
 
     @property
     def text(self) -> str:
@@ -134,11 +135,18 @@ class DemoBank:
         return len(self.demos)
 
     def retrieve(
-        self, query: str, k: int = 8, exclude_identical: bool = True, task_text: str | None = None
+        self,
+        query: str,
+        k: int = 8,
+        exclude_identical: bool = True,
+        task_text: str | None = None,
+        group: str | None = None,
     ) -> list[tuple[Demo, float]]:
         """The top-k demos by BM25 score (only those sharing at least one term).
 
-        With `exclude_identical`, a demo whose task text equals `task_text` (default: the query) is
+        With `group` (the instance's db_id or graph), demos from the same database or graph rank
+        first: their programs use the very tables and names the instance needs. With
+        `exclude_identical`, a demo whose task text equals `task_text` (default: the query) is
         skipped: if the bank was built from the very examples being refined, retrieving the instance
         itself would leak its label.
         """
@@ -146,10 +154,11 @@ class DemoBank:
             return []
         scores = self._index.scores(tokenize(query))
         norm_q = " ".join((query if task_text is None else task_text).split()).lower()
-        ranked = sorted(range(len(self.demos)), key=lambda i: (-scores[i], i))
+        same = [bool(group) and d.group == group for d in self.demos]
+        ranked = sorted((i for i in range(len(self.demos)) if scores[i] > 0), key=lambda i: (-same[i], -scores[i], i))
         out = []
         for i in ranked:
-            if scores[i] <= 0 or len(out) >= k:
+            if len(out) >= k:
                 break
             if exclude_identical and " ".join(self.demos[i].text.split()).lower() == norm_q:
                 continue
@@ -189,7 +198,7 @@ class DemoBank:
             if not ok:
                 stats[why] += 1
                 continue
-            demos.append(Demo(_task_fields(example), str(program), language, "gold"))
+            demos.append(Demo(_task_fields(example), str(program), language, "gold", group_of(example)))
         stats["kept"] = len(demos)
         return cls(demos, dict(stats))
 
@@ -223,7 +232,8 @@ class DemoBank:
                 stats["no_program"] += 1
                 continue
             language = {v: k for k, v in PREDICTION_FIELDS.items()}[field_name]
-            demos.append(Demo(_task_fields(example), str(getattr(pred, field_name)), language, "generated"))
+            demos.append(Demo(_task_fields(example), str(getattr(pred, field_name)), language, "generated",
+                              group_of(example)))
         stats["kept"] = len(demos)
         return cls(demos, dict(stats))
 
@@ -235,7 +245,8 @@ class DemoBank:
     def from_dict(cls, data: dict[str, Any]) -> DemoBank:
         if not isinstance(data, dict) or "demos" not in data:
             raise ValueError("not a DemoBank dict: expected a mapping with a 'demos' list")
-        demos = [Demo(dict(d["inputs"]), d["program"], d["language"], d.get("source", "gold")) for d in data["demos"]]
+        demos = [Demo(dict(d["inputs"]), d["program"], d["language"], d.get("source", "gold"), d.get("group", ""))
+                 for d in data["demos"]]
         return cls(demos, dict(data.get("stats", {})))
 
     def save(self, path: str | Path) -> None:
@@ -271,6 +282,12 @@ def _task_fields(example: Any) -> dict[str, str]:
             names = []
         return searchable({n: example.get(n) for n in names})
     return searchable(dict(example)) if isinstance(example, dict) else {}
+
+
+def group_of(fields: Any) -> str:
+    """The database or graph an instance belongs to (an environment reference, never a label)."""
+    return str(_read(fields, "db_id") or _read(fields, "graph") or "")
+
 
 
 def _language_of(example: Any) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
 from dspy_hero.execution.environments import EnvironmentCache
 from dspy_hero.metrics.base import extract_code
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
-from dspy_hero.refine.demos import Demo, DemoBank, query_text
+from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
 from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
@@ -76,6 +77,9 @@ class HeroRefine(dspy.Module):
         gate_checks: the programmatic checks run on a proposal's execution, in order.
         refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
         stop_on_accept: end the episode after an accepted revision that executes cleanly.
+        revise_on_error: when the current program does not execute and one action is left, that action
+            is a revision (without asking the refiner): an execution error is the strongest evidence there
+            is, and small refiners otherwise spend the whole budget looking instead of fixing.
         max_evidence_chars: cap on the rendered evidence shown to each LM call.
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
@@ -95,6 +99,7 @@ class HeroRefine(dspy.Module):
         gate_checks: Sequence[GateCheck] = DEFAULT_CHECKS,
         refiner_lm: dspy.LM | None = None,
         stop_on_accept: bool = True,
+        revise_on_error: bool = True,
         max_evidence_chars: int = 8000,
     ):
         super().__init__()
@@ -112,6 +117,7 @@ class HeroRefine(dspy.Module):
         self.gate_checks = tuple(gate_checks)
         self.refiner_lm = refiner_lm
         self.stop_on_accept = stop_on_accept
+        self.revise_on_error = revise_on_error
         self.max_evidence_chars = max_evidence_chars
         self.refiner = dspy.Predict(ChooseAction)
         self.select_demos = dspy.Predict(SelectDemos)
@@ -135,10 +141,10 @@ class HeroRefine(dspy.Module):
 
         counter.role = "generator"
         generated = self.generator(**gen_inputs)
-        initial = extract_code(getattr(generated, io.output_field, "") or "", language)
+        initial = clean_program(getattr(generated, io.output_field, "") or "", language)
 
         trace = RefinementTrace(language or "", self.budget, initial, final_program=initial)
-        ep = _Episode(self, environment, language, trace, counter, gen_inputs)
+        ep = _Episode(self, environment, language, trace, counter, gen_inputs, group_of(env_refs))
         ep.run()
         trace.final_program = ep.current
         trace.lm_calls = counter.total
@@ -200,7 +206,7 @@ class _Episode:
     """The mutable state of one refinement call (kept off the module, so calls can run in threads)."""
 
     def __init__(self, owner: HeroRefine, environment: Environment, language: str | None,
-                 trace: RefinementTrace, counter: CallCounter, gen_inputs: dict[str, Any]):
+                 trace: RefinementTrace, counter: CallCounter, gen_inputs: dict[str, Any], group: str):
         self.m = owner
         self.env = environment
         self.language = language
@@ -209,6 +215,8 @@ class _Episode:
         self.task = render_task(gen_inputs)
         self.task_query = query_text(gen_inputs)
         self.current = trace.initial_program
+        self.current_ok = False  # does the current program execute and pass the environment check?
+        self.group = group
         self.demos: list[Demo] = []
         self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None)
         try:
@@ -231,6 +239,7 @@ class _Episode:
         try:
             passed, why = self.env.check(self.current, execution)
             note += f"\ncheck: {'passed' if passed else 'FAILED'} ({why})"
+            self.current_ok = bool(execution.ok and passed)
         except Exception as exc:  # noqa: BLE001 - a failing check is reported as evidence
             note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
         trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
@@ -258,6 +267,9 @@ class _Episode:
         # spend budget (small models otherwise repeat it).
         can_retrieve = (m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
                         and not any(s.action == RETRIEVE for s in trace.steps))
+        if m.revise_on_error and left == 1 and not self.current_ok:
+            trace.actions_used += 1
+            return self._revise("the current program fails: fix what the evidence shows is wrong")
         self.counter.role = "refiner"
         try:
             with m._lm_context():
@@ -311,7 +323,8 @@ class _Episode:
                 return str(getattr(m.select_demos(task=task, candidates=candidates), "chosen", "") or "")
 
         try:
-            demos, note = choose_demos(m.demo_bank, query, self.task_query, m.retrieve_k, m.max_demos, select)
+            demos, note = choose_demos(m.demo_bank, query, self.task_query, m.retrieve_k, m.max_demos, select,
+                                       group=self.group)
         except AdapterParseError as exc:
             return f"selector output unparseable ({str(exc)[:120]}); no examples chosen"
         self.demos = demos[: m.max_demos]
@@ -329,7 +342,7 @@ class _Episode:
             trace.add(REVISE, argument=request, proposal="",
                       verdict=GateVerdict(False, "checks", f"unparseable reviser output: {str(exc)[:150]}"))
             return False
-        proposal = extract_code(getattr(out, "revised_program", "") or "", self.language)
+        proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
         reason = str(getattr(out, "reason", "") or "")
         verdict, execution = self.gate.review(self.current, proposal, reason, evidence, self.env,
                                               self.language, self.execute)
@@ -337,7 +350,7 @@ class _Episode:
                   evidence=f"revision ran: {verdict.execution}" if verdict.execution else "")
         if not verdict.accepted:
             return False
-        self.current = proposal
+        self.current, self.current_ok = proposal, True
         if m.stop_on_accept and execution is not None and _clean(execution):
             trace.stop_reason = "accepted a revision that executes cleanly"
             return True
@@ -361,6 +374,15 @@ class _Episode:
         if not self.demos:
             return "(none)"
         return "\n\n".join(f"Example {i + 1}:\n{d.render()}" for i, d in enumerate(self.demos[: self.m.max_demos]))
+
+
+_MARKER = re.compile(r"\s*\[\[ ## \w+ ## \]\]\s*")
+
+
+def clean_program(text: str, language: str | None) -> str:
+    """The program in an LM answer, without fences or DSPy field markers a small model left inline
+    (``LIMIT 5;[[ ## completed ## ]]``), which would otherwise fail as a syntax error."""
+    return extract_code(_MARKER.sub("\n", str(text)), language).strip()
 
 
 def _clean(execution: Execution) -> bool:
