@@ -122,6 +122,12 @@ def test_unreachable_hub_fails_fast_with_every_option_named(isolated, monkeypatc
     assert "not reachable" in message and "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF" in message
 
 
+def test_offline_env_is_named_and_a_size_may_be_passed_as_model(isolated, monkeypatch):
+    with pytest.raises(ModelNotFoundError, match="HF_HUB_OFFLINE is set") as err:
+        resolve_model("1.5b", "0.5b")
+    assert "model_pack install 0.5b" in str(err.value)
+
+
 def test_unknown_size_is_rejected(isolated):
     with pytest.raises(ValueError, match="unknown model size"):
         resolve_model("7b")

@@ -88,8 +88,10 @@ def local_lm(
 ) -> dspy.LM:
     """A `dspy.LM` backed by the embedded llama.cpp server.
 
-    `model` is a GGUF path (else ``$HERO_LOCAL_MODEL``, else the installed model pack of `size`, else
-    a hub download; see `dspy_hero.lm.model_pack`). The DSPy response cache is off by default so that
+    `model` is a GGUF path or a pack size such as ``"0.5b"`` (else ``$HERO_LOCAL_MODEL``, else the
+    installed model pack of `size`, else a hub download; see `dspy_hero.lm.model_pack`). `threads`
+    None uses half the cores (see `dspy_hero.lm.server.default_threads`); `parallel` decoding slots
+    serve concurrent DSPy threads. The DSPy response cache is off by default so that
     repeated evaluations measure the model, not the cache; the server's prompt-prefix cache is always
     on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
     """

@@ -281,8 +281,10 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def model_from_hub(pack: ModelPack, *, timeout_s: float = 3.0) -> Path:
     """Download the official GGUF when the hub answers; verify it against the pin."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
+        raise ConnectionError("HF_HUB_OFFLINE is set")
     if not hub_reachable(timeout_s):
-        raise ConnectionError(f"the Hugging Face hub is not reachable (tried for {timeout_s:.0f}s)")
+        raise ConnectionError(f"the Hugging Face hub is not reachable (tried for {timeout_s:g}s)")
     from huggingface_hub import hf_hub_download
 
     path = Path(hf_hub_download(pack.hf_repo, pack.filename, etag_timeout=timeout_s))
@@ -302,6 +304,8 @@ def resolve_model(
     hub_timeout_s: float = 3.0,
 ) -> ResolvedModel:
     """The GGUF to serve, by the order in the module docstring; a clear error when there is none."""
+    if isinstance(model, str) and model.lower() in PACKS:  # local_lm("0.5b") means the size, not a file
+        size, model = model, None
     pack = get_pack(size)
     for source, candidate in (("explicit", model), ("env", os.environ.get(ENV_MODEL))):
         if candidate:
