@@ -33,6 +33,8 @@ PROBES = ["schema", "sample_values", "run_subquery"]
         ("probe", "tables", "invalid", "", ""),
         ("", "", "invalid", "", ""),
         (None, None, "invalid", "", ""),
+        ("probe schema — argument: no argument (or a table name)", "", "probe", "schema", ""),
+        ("revise - argument: the change", "use name", "revise", "", ""),
     ],
 )
 def test_parse_action(action, argument, kind, probe, probe_arg):

@@ -159,7 +159,7 @@ def test_at_most_three_demos_reach_the_refiner_and_reviser(db_path):
     assert len(listed) == 8  # the selector chose among k=8 ...
     assert "SELECT" not in selector_req.inputs["candidates"]  # ... seeing task texts, not programs
     for req in script.seen["refiner"][1:] + script.seen["reviser"]:
-        assert req.inputs["examples"].count("Verified sql program") == 3
+        assert req.inputs["examples"].count("verified sql program") == 3
     assert len(pred.refinement.demos_shown) == 3
     assert [s.action for s in pred.refinement.steps][:3] == [EXECUTE, RETRIEVE, REVISE]
     assert pred.sql == FIXED

@@ -37,7 +37,8 @@ class Action:
 
 def parse_action(action: object, argument: object, probe_names: list[str]) -> Action:
     """Map the refiner's (action, argument) text to an `Action`; never raises."""
-    text = str(action or "").strip()
+    # A model that copies a menu line ("probe schema — tables, columns ...") keeps only its head.
+    text = re.split(r"\s+[—–]\s+|\s+-\s+", str(action or "").strip(), maxsplit=1)[0].strip()
     arg = str(argument or "").strip()
     words = re.split(r"[\s:(]+", text.strip("`'\"*[]. ").lower(), maxsplit=1)
     head = words[0] if words else ""
@@ -75,9 +76,10 @@ def render_actions(probes: dict[str, str], can_retrieve: bool, left: int) -> str
 
     Arguments are described, not shown as placeholders: small models copy placeholders verbatim.
     """
-    lines = [f"{left} action(s) left. Put one action name in `action` and its argument in `argument`."]
+    head = f"{left} action(s) left. Put one action (the words before the dash) in `action` and its argument in `argument`."
+    lines = [head]
     for name, desc in probes.items():
-        lines.append(f"- probe — argument `{name}` followed by: {desc}")
+        lines.append(f"- probe {name} — argument: {desc}")
     if can_retrieve:
         lines.append("- retrieve — argument: keywords for similar verified tasks, or nothing")
     lines += [

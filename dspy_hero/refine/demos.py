@@ -86,7 +86,7 @@ class Demo:
         return query_text(self.inputs)
 
     def render(self, max_chars: int = 1500) -> str:
-        body = f"Task: {self.text}\nVerified {self.language} program:\n{self.program}"
+        body = f"Another task (already solved): {self.text}\nIts verified {self.language} program:\n{self.program}"
         return body if len(body) <= max_chars else body[: max_chars - 15] + "\n... (cut)"
 
 
