@@ -27,6 +27,7 @@ from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer, build_cases
 from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.instructions import PromptState, apply_edit, instructions_key, parse_instructions
 from dspy_hero.optimizer.reflection import GepaProposerAdapter, Proposal, ReflectionContext, RuleProposer
+from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
 from dspy_hero.optimizer.result import CandidateRecord, HeroResult, LMUsage, RoundRecord
 from dspy_hero.optimizer.rollout import MetricAdapter, MetricError, Rollouts, UsageMeter, build_variant
 
@@ -199,6 +200,12 @@ class HeroOptimizer(Teleprompter):
         return run.execute()
 
 
+def default_proposer() -> FallbackProposer:
+    """Evidence-wide rule edits first; per-failing-case rules when those give nothing usable (small
+    reflection models), see reflection_cases.py."""
+    return FallbackProposer(RuleProposer(), CaseRuleProposer())
+
+
 class _Run:
     """The state of one compile() call; the optimizer object itself stays stateless across calls."""
 
@@ -283,7 +290,7 @@ class _Run:
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=opt.num_threads or 1,
                                  failure_score=opt.failure_score, journal=self.journal,
                                  display_progress=opt.display_progress)
-        self.proposer = opt.proposer or RuleProposer()
+        self.proposer = opt.proposer or default_proposer()
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
         seed_instr = self._render(self.current)
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=opt.seed)

@@ -264,7 +264,7 @@ def _clean_rule(rule: str) -> str:
     rule = _CITE_GROUP.sub("", rule)
     rule = _TRAIL_CITE.sub("", rule.strip())
     rule = _CITE.sub("", rule)
-    rule = re.sub(r"\s+([,.;:])", r"\1", " ".join(rule.split()))
+    rule = re.sub(r"\s+([,.;:])(?=\s|$)", r"\1", " ".join(rule.split()))  # "x ." -> "x." but keep " .get("
     return rule.strip(" -–—:;,\"'`")
 
 

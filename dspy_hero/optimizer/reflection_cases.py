@@ -1,0 +1,180 @@
+"""Reflection that a small model can do: one failing case, one short rule.
+
+Why this exists: with a 1.5B model as reflection LM, the evidence-wide prompts of `RuleProposer`
+(several thousand tokens of cases, two structured output fields) came back empty or as SQL, so no
+candidate survived (measured on Spider with Qwen2.5-Coder-1.5B). A small model can still answer a
+narrow question about one failure: "this program failed like this; state a general rule that avoids
+it". So `CaseRuleProposer`:
+
+1. builds the textual gradient *by code* from the cases: which behaviours pass (to preserve) and
+   which failure categories occur (to revise), each with the case ids it rests on;
+2. picks up to K failing cases from different failure categories (most frequent first), and asks the
+   reflection LM for one rule per case, with a prompt of a few hundred tokens;
+3. keeps a rule only if it reads like an instruction (words, not code) and cites its case, so the
+   usual guard and paired acceptance see well-formed, evidence-tied candidates.
+
+`FallbackProposer` runs the evidence-wide proposer first and falls back to this one only when it
+produced no usable edit, so strong reflection models keep the richer prompt and pay nothing extra.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from typing import Any
+
+import dspy
+
+from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
+
+_CODE = re.compile(
+    r"```|\bselect\b[^.]*\bfrom\b|\bmatch\s*\(|\breturn\s+\w+\s*\.|\bdef\s+\w+\s*\(|\bimport\s+\w+|[{};]\s*$",
+    re.IGNORECASE,
+)
+# How instructions start; the prompt asks for Always / Never / When, small models also write these.
+_INSTRUCTION_START = re.compile(
+    r"^(?:always|never|when|whenever|if|for|use|do|don't|do not|avoid|prefer|make|ensure|return|include|"
+    r"select|write|check|only|keep|include|count|join|group|order|sort|filter|handle|qualify|treat|match|"
+    r"remember|before|after|to|in|each|every|read|map|compute)\b",
+    re.IGNORECASE,
+)
+_LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNORECASE)
+
+
+class RuleFromFailure(dspy.Signature):
+    """A program generator produced the failing program below. Write ONE short, general rule to add to
+    its instructions so that it avoids this kind of mistake on other questions too.
+    Do not mention this question's specific names, values or answer. Do not write code.
+    Answer with one sentence that starts with "Always", "Never" or "When"."""
+
+    task_instructions: str = dspy.InputField(desc="what the generator is asked to do")
+    failing_case: str = dspy.InputField(desc="the inputs, the generated program and its execution feedback")
+    rule: str = dspy.OutputField(desc="one general rule, one sentence, no code")
+
+
+def failure_category(feedback: str) -> str:
+    """A coarse label of how a case failed, for spreading proposals over different failure kinds."""
+    text = (feedback or "").strip()
+    m = re.search(r"\b([A-Z][A-Za-z]*(?:Error|Exception|Timeout|Rejected|Limit|Failure))\b", text)
+    if m:
+        return m.group(1)
+    low = text.lower()
+    for key in ("row count", "column count", "order", "values", "empty", "no output", "timeout"):
+        if key in low:
+            return f"wrong result ({key})"
+    return "wrong result"
+
+
+def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
+    """The textual gradient, built by code: failure categories to revise, passing cases to preserve."""
+    failing = [c for c in cases if not c.passed and c.case_id in shown]
+    passing = [c for c in cases if c.passed and c.case_id in shown]
+    groups: "OrderedDict[str, list[str]]" = OrderedDict()
+    for c in failing:
+        groups.setdefault(failure_category(c.feedback), []).append(c.case_id)
+    revise = [f"- {cat}: {len(ids)} case(s) ({', '.join(ids[:8])})"
+              for cat, ids in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    preserve = (f"- {len(passing)} program(s) executed and matched the expected result "
+                f"({', '.join(c.case_id for c in passing[:8])})") if passing else "- (no passing case shown)"
+    return "Preserve:\n" + preserve + "\n\nRevise:\n" + ("\n".join(revise) or "- (no failing case shown)")
+
+
+def _render_case(case: Any, max_chars: int) -> str:
+    def cut(text: Any) -> str:
+        text = " ".join(str(text).split())
+        return text if len(text) <= max_chars else text[:max_chars] + " ..."
+
+    lines = [f"{k}: {cut(v)}" for k, v in case.inputs.items() if k not in ("db_path", "graph_source")]
+    lines += [f"generated {k}: {cut(v)}" for k, v in case.program.items() if k != "raw_output"]
+    lines.append(f"execution feedback: {cut(case.feedback)}")
+    return "\n".join(lines)
+
+
+def clean_rule(text: str) -> tuple[str, str | None]:
+    """(rule, problem): the first sentence of a free-text answer, or why it is not a usable rule."""
+    raw = str(text or "").strip()
+    if not raw:
+        return "", "empty answer"
+    line = next((ln.strip() for ln in raw.splitlines() if ln.strip() and not ln.strip().startswith("[[")), "")
+    line = _LEAD.sub("", line.lstrip("-*•0123456789.) ").strip().strip('"').strip())
+    sentence = re.split(r"(?<=[.!?])\s+", line, maxsplit=1)[0].strip()
+    if _CODE.search(sentence):
+        return sentence, "looks like code, not an instruction"
+    if re.search(r"[{}\[\]#<>|\\]", sentence):
+        return sentence, "contains markup or code symbols"
+    if not _INSTRUCTION_START.match(sentence):
+        return sentence, "does not read as an instruction (Always / Never / When / Use ...)"
+    words = re.findall(r"[A-Za-z]+", sentence)
+    if len(words) < 4:
+        return sentence, "too short to be a general instruction"
+    if len(sentence.split()) > 60:
+        return sentence, "too long for one rule"
+    if len(words) < 0.6 * len(sentence.split()):
+        return sentence, "mostly symbols, not words"
+    return sentence.rstrip(), None
+
+
+class CaseRuleProposer:
+    """One reflection-LM call per chosen failing case, each returning one rule (see module docstring)."""
+
+    def __init__(self, max_case_chars: int = 400) -> None:
+        self.write_rule = dspy.Predict(RuleFromFailure)
+        self.max_case_chars = max_case_chars
+
+    def choose_cases(self, ctx: ReflectionContext) -> list[Any]:
+        """Up to K failing cases shown in the evidence, one per failure category first (largest first)."""
+        shown = set(ctx.shown_case_ids)
+        failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
+        groups: "OrderedDict[str, list[Any]]" = OrderedDict()
+        for c in failing:
+            groups.setdefault(failure_category(c.feedback), []).append(c)
+        ordered = sorted(groups.values(), key=len, reverse=True)
+        chosen: list[Any] = []
+        depth = 0
+        while len(chosen) < ctx.num_candidates and any(depth < len(g) for g in ordered):
+            chosen += [g[depth] for g in ordered if depth < len(g)][: ctx.num_candidates - len(chosen)]
+            depth += 1
+        return chosen
+
+    def propose(self, ctx: ReflectionContext) -> Proposal:
+        gradient = evidence_gradient(ctx.cases, set(ctx.shown_case_ids))
+        edits: list[ProposedEdit] = []
+        raws: list[str] = []
+        errors: list[str] = []
+        for case in self.choose_cases(ctx):
+            try:
+                out = _call(self.write_rule, ("rule",), "rule", task_instructions=ctx.seed,
+                            failing_case=_render_case(case, self.max_case_chars))
+            except Exception as exc:  # one failed call costs one candidate, not the round
+                errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+                raws.append(f"{case.case_id}: {errors[-1]}")
+                continue
+            raw = out.get("rule", "")
+            raws.append(f"{case.case_id}: {raw}")
+            rule, problem = clean_rule(raw)
+            if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
+                problem = "duplicate of another proposed rule"
+            edits.append(ProposedEdit("add", rule, None, [case.case_id], f"ADD: {rule} ({case.case_id})", problem))
+        error = errors[0] if errors and not edits else None  # every call failed: the LM is down
+        return Proposal(gradient=gradient, raw="\n".join(raws), edits=edits, error=error)
+
+
+class FallbackProposer:
+    """`primary` first; `fallback` only when the primary gave no usable edit or text."""
+
+    def __init__(self, primary: Proposer, fallback: Proposer) -> None:
+        self.primary = primary
+        self.fallback = fallback
+
+    def propose(self, ctx: ReflectionContext) -> Proposal:
+        first = self.primary.propose(ctx)
+        if first.texts or any(e.problem is None for e in first.edits):
+            return first
+        second = self.fallback.propose(ctx)
+        why = first.error or ("no usable edit" if first.edits else "no edit parsed")
+        second.gradient = second.gradient + f"\n\n(per-case reflection: the evidence-wide proposal gave {why})"
+        second.raw = f"[evidence-wide]\n{first.raw}\n[per-case]\n{second.raw}"
+        second.edits = first.edits + second.edits  # keep the unusable ones on record with their problems
+        if not any(e.problem is None for e in second.edits):
+            second.error = first.error or second.error
+        return second

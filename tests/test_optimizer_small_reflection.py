@@ -1,0 +1,132 @@
+"""The small-model reflection path: per-failing-case rules, and the fallback that uses it only when the
+evidence-wide proposal gave nothing usable (what a 1.5B reflection model does: empty fields or SQL)."""
+
+from __future__ import annotations
+
+import re
+
+import dspy
+
+from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.optimizer.evidence import Case
+from dspy_hero.optimizer.hero import HeroOptimizer
+from dspy_hero.optimizer.reflection import ReflectionContext, RuleProposer
+from dspy_hero.optimizer.reflection_cases import (
+    CaseRuleProposer,
+    FallbackProposer,
+    clean_rule,
+    evidence_gradient,
+    failure_category,
+)
+from optimizer_toy import COUNT_RULE, LIMIT_RULE, SUM_RULE, feedback_metric, make_examples, program, task_lm
+
+
+def case(cid: str, passed: bool, feedback: str, question: str = "q") -> Case:
+    return Case(cid, cid.lower(), passed, float(passed), {"question": question}, {"sql": "SELECT 1"}, feedback)
+
+
+def ctx_for(cases: list[Case], k: int) -> ReflectionContext:
+    return ReflectionContext("generate", "Write one SQLite query.", (), "Write one SQLite query.", "(evidence)",
+                             [c.case_id for c in cases], k, cases)
+
+
+def test_failure_categories_and_code_built_gradient():
+    assert failure_category("The query failed with SyntaxError: near 'SELEC'") == "SyntaxError"
+    assert failure_category("returned 3 rows; the expected result differs (row count)") == "wrong result (row count)"
+    cases = [case("F1", False, "OperationalError: no such column"), case("F2", False, "row count differs"),
+             case("F3", False, "OperationalError: no such table"), case("P1", True, "matches")]
+    text = evidence_gradient(cases, {"F1", "F2", "F3", "P1"})
+    assert "OperationalError: 2 case(s) (F1, F3)" in text and "(P1)" in text
+    assert text.index("OperationalError") < text.index("wrong result")  # most frequent first
+
+
+def test_cases_are_spread_over_failure_categories():
+    cases = [case("F1", False, "SyntaxError a"), case("F2", False, "SyntaxError b"), case("F3", False, "SyntaxError c"),
+             case("F4", False, "values differ"), case("P1", True, "ok")]
+    chosen = CaseRuleProposer().choose_cases(ctx_for(cases, 3))
+    assert [c.case_id for c in chosen] == ["F1", "F4", "F2"]
+
+
+def test_clean_rule_keeps_sentences_and_refuses_code():
+    assert clean_rule("Rule: Always qualify column names with their table alias. Also ...")[0] == (
+        "Always qualify column names with their table alias.")
+    assert clean_rule("SELECT name FROM singer WHERE age > 3")[1] == "looks like code, not an instruction"
+    assert clean_rule("```sql\nSELECT 1\n```")[1] is not None
+    assert clean_rule("Use it.")[1] == "too short to be a general instruction"
+    assert clean_rule("")[1] == "empty answer"
+
+
+def test_fallback_runs_only_when_the_evidence_wide_proposal_is_unusable():
+    """Like the 1.5B model: the diagnosis fields come back empty and the edits as SQL; the per-case
+    prompt still yields a rule, which paired acceptance then adopts because it fixes counting."""
+
+    def small_model(req):
+        if "failing_case" in req.inputs:  # the narrow per-case question
+            return {"rule": "When the question asks how many rows, use COUNT(*) in the query."}
+        if "evidence" in req.inputs:
+            return {"preserve": "", "revise": ""}
+        return {"edits": "```sql\nSELECT COUNT(*) FROM t\n```"}
+
+    rl = scripted_lm(small_model)
+    with dspy.context(lm=task_lm()):
+        out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=300, num_rounds=1,
+                            num_candidates=2, display_progress=False).compile(program(), make_examples(48))
+    res = out.detailed_results
+    assert "COUNT(*)" in out.generate.signature.instructions
+    rnd = res.rounds[0]
+    assert "per-case reflection" in rnd.gradient and "Revise:" in rnd.gradient
+    adopted = [c for c in rnd.candidates if c.status == "adopted"]
+    assert len(adopted) == 1 and adopted[0].decision.fixes > 0 and adopted[0].decision.breaks == 0
+    asked = [c for c in engine_of(rl).calls if "failing_case" in c.inputs]
+    assert 1 <= len(asked) <= 2 and all(len(c.user) < 2000 for c in asked)  # short prompts
+
+
+def test_no_fallback_calls_when_the_evidence_wide_proposal_works():
+    state = {"failing": []}
+
+    def strong_model(req):
+        if "failing_case" in req.inputs:
+            raise AssertionError("the per-case proposer must not run")
+        if "evidence" in req.inputs:
+            state["failing"] = re.findall(r"### Case (F\d+)", req.inputs["evidence"])
+            return {"preserve": "- (P1)", "revise": f"- counting ({state['failing'][0]})"}
+        return {"edits": f"ADD: {COUNT_RULE} ({state['failing'][0]})\nADD: {SUM_RULE} ({state['failing'][0]})"}
+
+    rl = scripted_lm(strong_model)
+    with dspy.context(lm=task_lm()):
+        out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=300, num_rounds=1,
+                            display_progress=False).compile(program(), make_examples(48))
+    assert engine_of(rl).call_count == 2
+    assert out.detailed_results.rounds[0].candidates
+
+
+def test_harmful_per_case_rule_is_still_rejected_by_acceptance():
+    def harmful(req):
+        if "failing_case" in req.inputs:
+            return {"rule": LIMIT_RULE}
+        return "garbage"
+
+    with dspy.context(lm=task_lm()):
+        out = HeroOptimizer(feedback_metric, reflection_lm=scripted_lm(harmful), max_metric_calls=300,
+                            num_rounds=1, display_progress=False).compile(program(), make_examples(48))
+    rnd = out.detailed_results.rounds[0]
+    tested = [c for c in rnd.candidates if c.decision is not None]
+    assert tested and all(not c.decision.accepted for c in tested)
+    assert "LIMIT" not in out.generate.signature.instructions
+
+
+def test_fallback_proposer_keeps_primary_when_usable():
+    cases = [case("F1", False, "SyntaxError"), case("P1", True, "ok")]
+
+    class Usable:
+        def propose(self, ctx):
+            from dspy_hero.optimizer.reflection import Proposal, ProposedEdit
+
+            return Proposal(gradient="g", edits=[ProposedEdit("add", "Always do the right thing here.", None, ["F1"], "l")])
+
+    class MustNotRun:
+        def propose(self, ctx):
+            raise AssertionError("fallback ran")
+
+    assert FallbackProposer(Usable(), MustNotRun()).propose(ctx_for(cases, 2)).gradient == "g"
+    assert isinstance(RuleProposer(), RuleProposer)
