@@ -10,14 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 import dspy
 import pytest
 
-from dspy_hero.tasks.builtin import BUILTIN_LOADERS, register_builtin_tasks
-from dspy_hero.tasks.builtin import cypher_data, sql_data
+from dspy_hero.tasks.builtin import BUILTIN_LOADERS, cypher_data, register_builtin_tasks, sql_data
 from dspy_hero.tasks.builtin.cypher_tasks import QUESTIONS as CYPHER_QUESTIONS
 from dspy_hero.tasks.builtin.cypher_tasks import cypher_examples
 from dspy_hero.tasks.builtin.python_tasks import TASKS as PY_TASKS
 from dspy_hero.tasks.builtin.python_tasks import python_examples
 from dspy_hero.tasks.builtin.sql_tasks import QUESTIONS as SQL_QUESTIONS
-from dspy_hero.tasks.builtin.sql_tasks import sql_examples, split_within_groups
+from dspy_hero.tasks.builtin.sql_tasks import split_within_groups, sql_examples
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +124,7 @@ def test_generation_is_deterministic():
 def test_sql_split_is_fixed_disjoint_and_spans_databases(sql_exs):
     train, test = split_within_groups(sql_exs, "db_id", 1 / 3, seed=0)
     again = split_within_groups(sql_exs, "db_id", 1 / 3, seed=0)
-    ids = lambda exs: [ex.example_id for ex in exs]  # noqa: E731
+    ids = lambda exs: [ex.example_id for ex in exs]
     assert ids(train) == ids(again[0]) and ids(test) == ids(again[1])
     assert not set(ids(train)) & set(ids(test)) and len(train) + len(test) == len(sql_exs)
     assert len(test) == 20

@@ -22,15 +22,15 @@ import os
 # Must precede any litellm import, or litellm fetches its cost map from the network at import time.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import logging  # noqa: E402
-import threading  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+import logging
+import threading
+from pathlib import Path
+from typing import Any
 
-import dspy  # noqa: E402
+import dspy
 
-from dspy_hero.lm.model_pack import resolve_model  # noqa: E402
-from dspy_hero.lm.server import LocalServer, ServerConfig  # noqa: E402
+from dspy_hero.lm.model_pack import resolve_model
+from dspy_hero.lm.server import LocalServer, ServerConfig
 
 logger = logging.getLogger(__name__)
 

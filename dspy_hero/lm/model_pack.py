@@ -35,9 +35,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import urlparse
 
 logger = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ def resolve_model(
             return ResolvedModel(model_from_hub(pack, timeout_s=hub_timeout_s), pack.name, "hub")
         except ModelIntegrityError:
             raise
-        except Exception as exc:  # network, auth, disk: all mean "not from the hub"
+        except Exception as exc:  # noqa: BLE001 - network, auth, disk: all mean "not from the hub"
             hub_error = f"{type(exc).__name__}: {exc}"
     raise ModelNotFoundError(
         f"no local model for size {pack.size}. Provide one of:\n"

@@ -26,7 +26,7 @@ import urllib.request
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 logger = logging.getLogger(__name__)
 
@@ -165,10 +165,10 @@ class LocalServer:
         with self._lock:
             self._finalizer()
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

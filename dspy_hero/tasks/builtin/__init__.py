@@ -13,7 +13,8 @@ Loaders are imported lazily so that, e.g., the SQL task never loads the graph en
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import dspy
 
@@ -92,5 +93,11 @@ def builtin_python_task(**kwargs: Any) -> Task:
     return load(**kwargs)
 
 
-__all__ = ["BUILTIN_LOADERS", "register_builtin_tasks", "make_task", "builtin_sql_task", "builtin_cypher_task",
-           "builtin_python_task"]
+__all__ = [
+    "BUILTIN_LOADERS",
+    "builtin_cypher_task",
+    "builtin_python_task",
+    "builtin_sql_task",
+    "make_task",
+    "register_builtin_tasks",
+]

@@ -19,10 +19,10 @@ import random
 import sqlite3
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Callable
 
 GENERATOR_VERSION = 1
 SEED = 20240611
@@ -109,7 +109,7 @@ def music_store(rng: random.Random) -> list[Table]:
     genre_id = {g: i for i, g in genres}
     artists = []
     for i, (name, genre) in enumerate(ARTISTS, 1):
-        city, country = rng.choice(CITIES)
+        _city, country = rng.choice(CITIES)
         artists.append((i, name, country, rng.randint(1965, 2018)))
     albums, tracks, used = [], [], set()
     track_id = 0
@@ -214,7 +214,7 @@ def university(rng: random.Random) -> list[Table]:
     majors = [d[0] for d in departments]
     for i in range(1, 121):
         first, last = _person(rng)
-        city, country = rng.choice(CITIES)
+        _city, country = rng.choice(CITIES)
         students.append((i, first, last, rng.choice(majors), rng.randint(2020, 2024),
                          _day(rng, date(1998, 1, 1), date(2006, 12, 31)), country))
     enrollments, seen = [], set()
