@@ -257,7 +257,7 @@ def test_paired_bounds_contain_the_adjusted_mean(ds, alpha):
 
 
 # ---- selection ----------------------------------------------------------------------------------
-def test_selector_picks_best_and_breaks_ties_by_length():
+def test_selector_picks_best_and_breaks_ties_by_acceptance_evidence_then_length():
     entries = [ArchiveEntry("seed", 0, {"p": "s"}, 10), ArchiveEntry("a", 1, {"p": "a"}, 20), ArchiveEntry("b", 2, {"p": "b"}, 30)]
     quality = {0: 0.2, 1: 0.9, 2: 0.5}
     scores = lambda i, ids: {x: float((int(x[1:]) % 10) < quality[i] * 10) for x in ids}
@@ -265,7 +265,10 @@ def test_selector_picks_best_and_breaks_ties_by_length():
     assert out.winner == 1 and entries[1].selected
     tie = [ArchiveEntry("seed", 0, {"p": "s"}, 10), ArchiveEntry("a", 1, {"p": "a"}, 20)]
     out = AdaptiveSelector().select(tie, [f"s{i}" for i in range(8)], lambda i, ids: {x: 1.0 for x in ids})
-    assert out.winner == 0
+    assert out.winner == 1  # the adopted prompt won its paired acceptance; the tied selection pool cannot overrule it
+    same_round = [ArchiveEntry("a", 1, {"p": "a"}, 20), ArchiveEntry("b", 1, {"p": "b"}, 12)]
+    out = AdaptiveSelector().select(same_round, [f"s{i}" for i in range(8)], lambda i, ids: {x: 0.5 for x in ids})
+    assert out.winner == 1  # then the shorter prompt
 
 
 # ---- metric adapter -----------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Selection is adaptive: every live entry is scored on a chunk of the selection pool, entries that
 are clearly worse than the current leader (a paired bound on their score gap is above zero) are
-dropped, and the next chunk is only bought for the survivors. Ties go to the shorter prompt (fewer
-tokens), then to the earlier entry, so the seed wins unless something beats it.
+dropped, and the next chunk is only bought for the survivors. Ties on the selection pool go to the
+later adopted entry, then to the shorter prompt: each adoption already won a paired comparison
+against its predecessor on the update pool, so when the (often small) selection pool cannot tell
+entries apart, that accumulated evidence decides rather than prompt length.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class AdaptiveSelector:
     def _leader(entries, got, alive, common) -> int:
         def key(i: int):
             mean = sum(got[i][e] for e in common) / len(common) if common else 0.0
-            return (-mean, entries[i].prompt_tokens, i)
+            return (-mean, -entries[i].round, entries[i].prompt_tokens, i)
 
         return min(alive, key=key)
 
