@@ -38,11 +38,12 @@ def resolve_lms(spec: str, reflection_spec: Optional[str], task) -> tuple[Any, A
     an LM whose SQL is right only when the instructions carry the needed rule, and a reflector that
     proposes such rules (and a tempting harmful one) — it exercises HERO's mechanics, not a model."""
     if spec == "simulated":
-        if task.language != "sql":
-            raise UserError("--lm simulated supports the SQL tasks only")
         from dspy_hero.bench.simulate import simulated_lms
 
-        task_lm, reflection, _ = simulated_lms(task.train + task.test)
+        try:
+            task_lm, reflection, _ = simulated_lms(task.train + task.test, language=task.language)
+        except (KeyError, ValueError) as exc:
+            raise UserError(f"--lm simulated cannot simulate task {task.name!r}: {exc}") from exc
         return task_lm, reflection
     lm = resolve_lm(spec)
     check_lm(lm)
