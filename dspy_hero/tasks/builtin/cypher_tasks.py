@@ -20,6 +20,9 @@ from dspy_hero.tasks.builtin.cypher_data import GRAPH_NAME, GRAPH_SCHEMA, ensure
 from dspy_hero.tasks.splits import seeded_order
 
 INPUTS = ("question", "graph_schema")
+# Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
+# itself shows the LM only INPUTS (see dspy_hero.metrics.base).
+ENV_INPUTS = ("graph", "graph_source")
 
 # (question, gold Cypher). Ids are "movies-<nn>" in this order; never reorder, only append.
 QUESTIONS: tuple[tuple[str, str], ...] = (
@@ -110,7 +113,7 @@ def cypher_examples(directory: Path | None = None) -> list[dspy.Example]:
             graph=GRAPH_NAME,
             graph_source=str(files.script),
             gold_cypher=gold,
-        ).with_inputs(*INPUTS)
+        ).with_inputs(*INPUTS, *ENV_INPUTS)
         for i, (question, gold) in enumerate(QUESTIONS, 1)
     ]
 

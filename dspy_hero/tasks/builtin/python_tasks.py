@@ -20,6 +20,9 @@ from dspy_hero.tasks.base import Task
 from dspy_hero.tasks.splits import seeded_order
 
 INPUTS = ("prompt",)
+# Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
+# itself shows the LM only INPUTS (see dspy_hero.metrics.base).
+ENV_INPUTS = ("code_prompt", "entry_point")
 
 
 @dataclass(frozen=True)
@@ -826,7 +829,7 @@ def python_examples() -> list[dspy.Example]:
             code_prompt=task.code_prompt,
             entry_point=task.entry_point,
             test_code=task.test_code,
-        ).with_inputs(*INPUTS)
+        ).with_inputs(*INPUTS, *ENV_INPUTS)
         for i, task in enumerate(TASKS, 1)
     ]
 

@@ -21,6 +21,9 @@ from dspy_hero.tasks.builtin.sql_data import DATABASES, ensure_databases
 from dspy_hero.tasks.splits import seeded_order
 
 INPUTS = ("question", "db_schema")
+# Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
+# itself shows the LM only INPUTS (see dspy_hero.metrics.base).
+ENV_INPUTS = ("db_id", "db_path")
 
 # (db_id, question, gold SQL). Ids are "<db_id>-<nn>" in this order; never reorder, only append.
 QUESTIONS: tuple[tuple[str, str, str], ...] = (
@@ -230,7 +233,7 @@ def sql_examples(directory: Path | None = None) -> list[dspy.Example]:
                 db_id=db_id,
                 db_path=str(paths[db_id]),
                 gold_sql=gold,
-            ).with_inputs(*INPUTS)
+            ).with_inputs(*INPUTS, *ENV_INPUTS)
         )
     return examples
 

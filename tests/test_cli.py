@@ -1,0 +1,97 @@
+"""The `hero` command, end to end on the built-in SQL task with the scripted simulation (real SQLite,
+real HERO-O / HERO-T loops, scripted LMs), plus the clear one-line errors a user can cause."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dspy_hero.cli.app import app
+
+runner = CliRunner()
+
+
+def said(result) -> str:
+    """The command's output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
+                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_demo_writes_a_complete_report(demo_dir):
+    out, output = demo_dir
+    for name in ("results.json", "report.md", "accuracy.png", "fix_to_break.png", "hero_o_program.json",
+                 "hero_o_result.json", "eval_seed.json", "eval_hero_o.json", "eval_hero_o_hero_t.json"):
+        assert (out / name).exists(), name
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    assert set(rows) == {"seed prompt", "HERO-O", "HERO-O + HERO-T"}
+    assert all(r["n"] == 20 for r in rows.values())
+    hero = data["hero_o"]
+    assert hero["total_metric_calls"] + hero["preflight_metric_calls"] <= 300
+    # In the simulation the seed prompt lacks every rule, so HERO-O can only gain by adopting some.
+    assert rows["HERO-O"]["pass_at_1"] >= rows["seed prompt"]["pass_at_1"]
+    assert hero["adopted_fixes"] >= hero["adopted_breaks"]
+    assert not [n for n in data["notes"] if "raised" in n], data["notes"]  # HERO-T reached its environments
+    assert "HERO-O" in output and "pass@1" in output
+
+
+def test_demo_resumes_without_redoing_finished_stages(demo_dir):
+    out, _ = demo_dir
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")}
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
+                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")} == before
+
+
+def test_report_rerenders(demo_dir):
+    out, _ = demo_dir
+    (out / "report.md").unlink()
+    result = runner.invoke(app, ["report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "HERO-O" in (out / "report.md").read_text()
+
+
+def test_unknown_task_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["optimize", "--task", "no-such-task", "--lm", "simulated", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "unknown task 'no-such-task'" in said(result) and "builtin-sql" in said(result)
+
+
+def test_missing_data_path_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["evaluate", "--task", "spider", "--data", str(tmp_path / "absent"), "--lm", "simulated"])
+    assert result.exit_code == 2
+    assert "does not exist" in said(result)
+
+
+def test_unreachable_lm_is_a_clear_error_before_any_budget(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    result = runner.invoke(app, ["optimize", "--task", "builtin-sql", "--lm", "openai/no-such-model",
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert "cannot be reached" in said(result)
+    assert not (tmp_path / "run" / "hero_o_log").exists()
+
+
+def test_report_without_a_run_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["report", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "no results.json" in said(result)
+
+
+def test_tasks_lists_the_registry():
+    result = runner.invoke(app, ["tasks"])
+    assert result.exit_code == 0
+    for name in ("builtin-sql", "builtin-cypher", "builtin-python", "bird", "spider", "cypherbench",
+                 "bigcodebench", "dscodebench"):
+        assert name in result.output
