@@ -37,8 +37,8 @@ def test_sql_sizes_and_fields(sql_exs):
     per_db = {db: sum(ex.db_id == db for ex in sql_exs) for db in sql_data.DATABASES}
     assert len(per_db) == 4 and min(per_db.values()) >= 12
     ex = sql_exs[0]
-    assert set(ex.inputs().keys()) == {"question", "db_schema"}
-    assert {"gold_sql", "db_id", "db_path"} <= set(ex.labels().keys())
+    assert set(ex.inputs().keys()) == {"question", "db_schema", "db_id", "db_path"}  # labels never
+    assert "gold_sql" in ex.labels() and "gold_sql" not in ex.inputs()
     assert "CREATE TABLE" in ex.db_schema and "FOREIGN KEY" in ex.db_schema
     assert len({ex.example_id for ex in sql_exs}) == len(sql_exs)
     assert len({ex.question for ex in sql_exs}) == len(sql_exs)
@@ -158,7 +158,7 @@ def test_cypher_examples_and_graph_files(cache):
     exs = cypher_examples(cache / "cypher")
     assert len(exs) == len(CYPHER_QUESTIONS) >= 30
     ex = exs[0]
-    assert set(ex.inputs().keys()) == {"question", "graph_schema"}
+    assert set(ex.inputs().keys()) == {"question", "graph_schema", "graph", "graph_source"}
     assert ex.graph == cypher_data.GRAPH_NAME and os.path.isfile(ex.graph_source)
     files = cypher_data.ensure_graph(cache / "cypher")
     mtime = files.script.stat().st_mtime_ns
@@ -223,7 +223,7 @@ def test_python_examples_fields_and_no_leak():
     assert len(exs) == len(PY_TASKS) >= 30
     assert set(REFERENCE_SOLUTIONS) == {t.entry_point for t in PY_TASKS}
     for ex in exs:
-        assert set(ex.inputs().keys()) == {"prompt"}
+        assert set(ex.inputs().keys()) == {"prompt", "code_prompt", "entry_point"}
         assert f"def {ex.entry_point}(" in ex.code_prompt and ex.code_prompt in ex.prompt
         assert ">>>" in ex.code_prompt and "class TestCases(unittest.TestCase)" in ex.test_code
         body = [ln.strip() for ln in REFERENCE_SOLUTIONS[ex.entry_point].splitlines()
