@@ -68,16 +68,7 @@ class CompareConfig:
 # ----------------------------------------------------------------------------------------- setup
 
 def load_task(config: CompareConfig):
-    from dspy_hero.tasks import registry
-    from dspy_hero.tasks.benchmarks import register_benchmark_tasks
-
-    register_benchmark_tasks()
-    try:  # the built-in tasks (builtin-sql, ...) run anywhere, with no benchmark data
-        from dspy_hero.tasks.builtin import register_builtin_tasks
-
-        register_builtin_tasks()
-    except ImportError:
-        pass
+    from dspy_hero.tasks import registry  # benchmarks and built-in tasks (builtin-sql, ...) are registered
     kwargs = dict(config.task_kwargs)
     if config.data:
         kwargs["data_dir"] = config.data

@@ -11,7 +11,12 @@ Names are imported lazily so `import dspy_hero` stays cheap and optional engines
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# litellm otherwise fetches its model cost map from the network when first imported; dspy-hero must
+# work offline (embedded local model), so default to the copy litellm ships. A user's own value wins.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
 

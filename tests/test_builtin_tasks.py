@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dspy
 import pytest
 
-from dspy_hero.tasks.builtin import BUILTIN_LOADERS, cypher_data, register_builtin_tasks, sql_data
+from dspy_hero.tasks.builtin import BUILTIN_LOADERS, cypher_data, sql_data
 from dspy_hero.tasks.builtin.cypher_tasks import QUESTIONS as CYPHER_QUESTIONS
 from dspy_hero.tasks.builtin.cypher_tasks import cypher_examples
 from dspy_hero.tasks.builtin.python_tasks import TASKS as PY_TASKS
@@ -138,8 +138,6 @@ def test_sql_split_is_fixed_disjoint_and_spans_databases(sql_exs):
 def test_builtin_sql_task_loads_through_the_registry(cache, monkeypatch):
     from dspy_hero.tasks import registry
 
-    monkeypatch.setattr(registry, "_LOADERS", dict(registry._LOADERS))
-    register_builtin_tasks()
     assert set(BUILTIN_LOADERS) <= set(registry.available_tasks())
     task = registry.load_task("builtin-sql", directory=cache / "sql")
     assert task.name == "builtin-sql" and task.language == "sql" and task.group_key == "db_id"

@@ -246,10 +246,9 @@ def test_splits_helpers():
         split_by_group([dspy.Example(example_id="x", g="one")], "g", 0.5)
 
 
-def test_register_benchmark_tasks():
+def test_benchmarks_are_registered():
     from dspy_hero.tasks import registry
 
-    benchmarks.register_benchmark_tasks()
     assert {"bird", "spider", "cypherbench", "bigcodebench", "dscodebench"} <= set(registry.available_tasks())
 
 

@@ -1,4 +1,5 @@
-"""What the five benchmark adapters share: registration, schema rendering, and Task assembly.
+"""What the five benchmark adapters share: their loader table (read by the registry), schema rendering,
+and Task assembly.
 
 Metrics, executors and HERO-T environments are imported only when a task is built or used, so one
 benchmark's optional engine (Neo4j, FalkorDB, the Python sandbox) never breaks the others.
@@ -24,14 +25,6 @@ BENCHMARK_LOADERS = {
     "bigcodebench": "dspy_hero.tasks.bigcodebench:load_bigcodebench",
     "dscodebench": "dspy_hero.tasks.dscodebench:load_dscodebench",
 }
-
-
-def register_benchmark_tasks() -> None:
-    """Register the five paper benchmarks (+ Spider) with the task registry, lazily."""
-    from dspy_hero.tasks.registry import register_task
-
-    for name, target in BENCHMARK_LOADERS.items():
-        register_task(name, target)
 
 
 def environment_for(example: Any) -> Any:

@@ -6,19 +6,12 @@ import importlib
 from typing import Any, Callable
 
 from dspy_hero.tasks.base import Task
+from dspy_hero.tasks.benchmarks import BENCHMARK_LOADERS
+from dspy_hero.tasks.builtin import BUILTIN_LOADERS
 
 # name -> "module:function"; loaders are imported lazily so a missing optional dependency of one
 # benchmark never breaks the others.
-_LOADERS: dict[str, str | Callable[..., Task]] = {
-    "builtin-sql": "dspy_hero.tasks.builtin:builtin_sql_task",
-    "builtin-cypher": "dspy_hero.tasks.builtin:builtin_cypher_task",
-    "builtin-python": "dspy_hero.tasks.builtin:builtin_python_task",
-    "bird": "dspy_hero.tasks.bird:load_bird",
-    "spider": "dspy_hero.tasks.spider:load_spider",
-    "cypherbench": "dspy_hero.tasks.cypherbench:load_cypherbench",
-    "bigcodebench": "dspy_hero.tasks.bigcodebench:load_bigcodebench",
-    "dscodebench": "dspy_hero.tasks.dscodebench:load_dscodebench",
-}
+_LOADERS: dict[str, str | Callable[..., Task]] = {**BUILTIN_LOADERS, **BENCHMARK_LOADERS}
 
 
 def register_task(name: str, target: str | Callable[..., Task]) -> None:

@@ -27,14 +27,6 @@ BUILTIN_LOADERS = {
 }
 
 
-def register_builtin_tasks() -> None:
-    """Register the three built-in tasks with the task registry (loaders stay unimported until used)."""
-    from dspy_hero.tasks.registry import register_task
-
-    for name, target in BUILTIN_LOADERS.items():
-        register_task(name, target)
-
-
 def _environment_for(example: Any) -> Any:
     from dspy_hero.execution.environments import environment_for
 
@@ -99,5 +91,4 @@ __all__ = [
     "builtin_python_task",
     "builtin_sql_task",
     "make_task",
-    "register_builtin_tasks",
 ]
