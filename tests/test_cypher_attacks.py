@@ -64,7 +64,7 @@ ATTACKS = [
     ("statement after comment", "MULTI", "RETURN 1; // harmless\nCREATE (:Evil)", W),
     ("variable-length path", "RUNAWAY", "MATCH p=(a)-[*]-(b) RETURN count(p)", {TIMEOUT}),
     ("long directed paths", "RUNAWAY", "MATCH p=(:Person)-[:KNOWS*1..12]->(:Person) RETURN count(p)", {TIMEOUT}),
-    ("cartesian product", "RUNAWAY", "MATCH (a), (b), (c), (d), (e), (f) RETURN count(*)", {TIMEOUT}),
+    ("cartesian product", "RUNAWAY", "MATCH (a), (b), (c), (d), (e), (f), (g), (h) RETURN count(*)", {TIMEOUT}),
     ("memory bomb", "RUNAWAY", "UNWIND range(1, 1000000000) AS x RETURN count(x)", {RESOURCE, TIMEOUT}),
     ("sorted cross product", "RUNAWAY", "MATCH (a), (b), (c), (d), (e), (f) RETURN a.name, b.name, c.name, d.name, e, f ORDER BY f.name", {RESOURCE, TIMEOUT}),
 ]
