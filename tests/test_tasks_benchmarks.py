@@ -13,7 +13,7 @@ import dspy
 import pytest
 
 from dspy_hero.metrics.base import LABEL_FIELDS
-from dspy_hero.tasks import benchmarks, bigcodebench, bird, cypherbench, dscodebench, spider
+from dspy_hero.tasks import bigcodebench, bird, cypherbench, dscodebench, spider
 from dspy_hero.tasks.hub import DataUnavailable, find_data_dir, hub_reachable
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 
