@@ -109,7 +109,9 @@ def test_revision_that_fails_to_execute_is_rejected_without_the_judge(db_path):
 
 @pytest.mark.parametrize("budget", [0, 2, 5])
 def test_budget_is_respected(db_path, budget):
-    script = RoleScript(generator={"sql": WRONG}, refiner={"action": "probe", "argument": "sample_values singer.country"})
+    columns = ["singer.country", "singer.name", "singer.age", "concert.year", "concert.concert_name"]
+    script = RoleScript(generator={"sql": WRONG},
+                        refiner=[{"action": "probe", "argument": f"sample_values {c}"} for c in columns])
     pred = run(script, make(script, budget=budget, revise_on_error=False), db_path)
     trace = pred.refinement
     assert script.count("refiner") == budget == trace.actions_used
@@ -346,7 +348,8 @@ def test_a_second_retrieve_spends_budget_but_no_lm_call(db_path):
 def test_the_last_action_revises_a_program_that_still_fails(db_path):
     script = RoleScript(
         generator={"sql": WRONG + "[[ ## completed ## ]]"},  # a marker a small model left inline
-        refiner={"action": "diagnose", "argument": "the column name looks wrong"},
+        refiner=[{"action": "diagnose", "argument": "the column name looks wrong"},
+                 {"action": "diagnose", "argument": "maybe the table is wrong too"}],
         reviser={"reason": "[0] no such column nam", "revised_program": FIXED},
         judge={"reason": "the error names the column", "supported": True},
     )
@@ -356,3 +359,19 @@ def test_the_last_action_revises_a_program_that_still_fails(db_path):
     assert [s.action for s in trace.steps] == [EXECUTE, "diagnose", "diagnose", REVISE]
     assert script.count("refiner") == 2 and trace.actions_used == 3  # the forced revision asked no refiner
     assert pred.sql == FIXED
+
+
+def test_repeated_probe_is_not_rerun_and_repeated_diagnosis_becomes_a_revision(db_path):
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "probe", "argument": "schema"}, {"action": "probe", "argument": "schema"},
+                 {"action": "diagnose", "argument": "column nam does not exist; it is name"},
+                 {"action": "diagnose", "argument": "Column nam does not exist;  it is name"}],
+        reviser={"reason": "[1] schema lists name", "revised_program": FIXED},
+        judge={"reason": "ok", "supported": True},
+    )
+    pred = run(script, make(script, budget=5), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, PROBE, "diagnose", REVISE]
+    assert "same probe as step [1]" in trace.steps[2].evidence and trace.env_actions == 3  # run, probe, revision
+    assert trace.steps[4].argument.startswith("Column nam") and pred.sql == FIXED

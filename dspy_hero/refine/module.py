@@ -287,18 +287,35 @@ class _Episode:
             trace.stop_reason = "refiner stopped"
             return True
         trace.actions_used += 1
+        earlier = self._same_as_before(action)
         if action.kind == INVALID:
             trace.add(INVALID, argument=action.argument, evidence=action.problem)
+        elif action.kind == DIAGNOSE and earlier is not None:
+            # Nothing new to say: the useful next step is to act on the diagnosis.
+            return self._revise(action.argument)
         elif action.kind == DIAGNOSE:
             trace.add(DIAGNOSE, argument=action.argument, evidence=f"diagnosis: {action.argument or '(empty)'}")
         elif action.kind == PROBE:
-            trace.add(PROBE, argument=f"{action.probe}: {action.probe_argument}".rstrip(": "),
-                      evidence=self._probe(action.probe, action.probe_argument))
+            label = f"{action.probe}: {action.probe_argument}".rstrip(": ")
+            evidence = (f"same probe as step [{earlier}]; not run again" if earlier is not None
+                        else self._probe(action.probe, action.probe_argument))
+            trace.add(PROBE, argument=label, evidence=evidence)
         elif action.kind == RETRIEVE:
             trace.add(RETRIEVE, argument=action.argument, evidence=self._retrieve(action.argument, can_retrieve))
         elif action.kind == REVISE:
             return self._revise(action.argument)
         return False
+
+    def _same_as_before(self, action) -> int | None:
+        """The index of an earlier step that took exactly this diagnose/probe action, if any."""
+        if action.kind == DIAGNOSE:
+            key = " ".join(action.argument.split()).lower()
+            return next((s.index for s in self.trace.steps
+                         if s.action == DIAGNOSE and " ".join(s.argument.split()).lower() == key), None)
+        if action.kind == PROBE:
+            label = f"{action.probe}: {action.probe_argument}".rstrip(": ")
+            return next((s.index for s in self.trace.steps if s.action == PROBE and s.argument == label), None)
+        return None
 
     def _probe(self, name: str, argument: str) -> str:
         self.trace.env_actions += 1

@@ -44,8 +44,9 @@ class SelectDemos(dspy.Signature):
 class ReviseProgram(dspy.Signature):
     """Revise the current program so that it solves the task, changing only what the evidence shows
     to be wrong: wrong names, wrong values, errors, or missing logic that the probes, execution results
-    or verified examples reveal. Keep everything the evidence does not question. State the evidence
-    behind each change in the reason, then give the complete revised program."""
+    or verified examples reveal. Keep everything the evidence does not question. The revised program
+    must differ from the current one and must answer this task, not one of the examples. State the
+    evidence behind each change in the reason, then give the complete revised program."""
 
     task: str = dspy.InputField(desc="the task inputs")
     program: str = dspy.InputField(desc="the current program")
