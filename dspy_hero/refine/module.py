@@ -12,7 +12,11 @@ including malformed ones. The episode ends when (1) the refiner says ``stop``, (
 accepted whose execution is *clean* (ran without error, untruncated, passed the environment check and
 returned at least one row when the language returns rows): nothing is left for further actions to
 check, (3) B actions are used, or (4) an LM or environment failure makes further steps pointless.
-Rule (2) is why a larger B costs little: most episodes end before the cap.
+Rule (2) is why a larger B costs little: most episodes end before the cap. Three more rules keep
+a weak refiner from wasting the budget: a probe identical to an earlier one is not run again (it
+still costs its action); a diagnosis identical to an earlier one is taken as the request to revise;
+and when one action is left and the current program still fails to execute, that action is a
+revision (``revise_on_error``). A second ``retrieve`` costs an action but no LM call.
 
 Label-freedom. The module reads an instance field by field: the generator's signature inputs and the
 environment references (db_path, graph, ...). Label fields are dropped if passed and refused if asked
