@@ -57,6 +57,7 @@ class Verdict:
         return dspy.Prediction(score=float(self.score), feedback=self.feedback)
 
 
+_MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
@@ -64,13 +65,15 @@ def extract_code(text: Any, language: str | None = None) -> str:
     """The program inside an LM answer, tolerant of the ways small models answer.
 
     Prefers a fenced block whose tag matches `language` (``sql``, ``cypher``, ``python``), else the
-    longest fenced block, else an unterminated fence, else the text itself. Strips a leading
-    ``SQL:``-style label. Never raises: a non-string becomes ``""``.
+    longest fenced block, else an unterminated fence, else the text itself. Strips DSPy field markers
+    and a leading ``SQL:``-style label. Never raises: a non-string becomes ``""``.
     """
     if text is None:
         return ""
     if not isinstance(text, str):
         text = str(text)
+    # Small models leave DSPy's field markers inline ("LIMIT 5;[[ ## completed ## ]]"): never program text.
+    text = _MARKER.sub("\n", text)
     blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     if blocks:
         wanted = {"sql": {"sql", "sqlite"}, "cypher": {"cypher", "neo4j"}, "python": {"python", "py", "python3"}}

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -397,13 +396,10 @@ class _Episode:
         return "\n\n".join(f"Example {i + 1}:\n{d.render()}" for i, d in enumerate(self.demos[: self.m.max_demos]))
 
 
-_MARKER = re.compile(r"\s*\[\[ ## \w+ ## \]\]\s*")
-
-
 def clean_program(text: str, language: str | None) -> str:
     """The program in an LM answer, without fences or DSPy field markers a small model left inline
     (``LIMIT 5;[[ ## completed ## ]]``), which would otherwise fail as a syntax error."""
-    return extract_code(_MARKER.sub("\n", str(text)), language).strip()
+    return extract_code(str(text), language).strip()
 
 
 def _clean(execution: Execution) -> bool:

@@ -1,0 +1,68 @@
+"""What all metrics share: code extraction from LM answers, the Verdict record, the DSPy/GEPA calling
+conventions, and metric inference from the examples' fields."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import dspy
+import pytest
+
+from dspy_hero.metrics.base import ExecutionMetric, Verdict, extract_code, score_of
+from dspy_hero.metrics.infer import infer_language, infer_metric
+
+
+@pytest.mark.parametrize(
+    ("answer", "language", "program"),
+    [
+        ("```sql\nSELECT 1\n```", "sql", "SELECT 1"),
+        ("Here it is:\n```python\ndef f():\n    return 1\n```\nDone.", "python", "def f():\n    return 1"),
+        ("```\nMATCH (n) RETURN n\n```", "cypher", "MATCH (n) RETURN n"),
+        ("```sql\nSELECT 1\n", "sql", "SELECT 1"),  # unterminated fence
+        ("SQL: SELECT name FROM t", "sql", "SELECT name FROM t"),
+        ("SELECT 1 LIMIT 5;[[ ## completed ## ]]", "sql", "SELECT 1 LIMIT 5;"),  # marker left inline
+        ("```text\nnotes\n```\n```sql\nSELECT 2\n```", "sql", "SELECT 2"),  # the tagged block wins
+        (None, "sql", ""),
+        (42, "sql", "42"),
+    ],
+)
+def test_extract_code_is_tolerant(answer, language, program):
+    assert extract_code(answer, language) == program
+
+
+def test_verdict_rejects_scores_outside_unit_interval():
+    with pytest.raises(ValueError):
+        Verdict(1.5, "x")
+    assert Verdict(1.0, "ok").to_prediction().score == 1.0
+
+
+def test_execution_metric_accepts_dspy_and_gepa_call_shapes():
+    metric = ExecutionMetric(lambda gold, pred: Verdict(float(pred.sql == gold.gold_sql), "fb"), "m", "sql")
+    gold = dspy.Example(question="q", gold_sql="SELECT 1").with_inputs("question")
+    pred = dspy.Prediction(sql="SELECT 1")
+    assert score_of(metric(gold, pred)) == 1.0
+    assert score_of(metric(gold, pred, None)) == 1.0
+    out = metric(gold, pred, None, "generate", [])
+    assert out.score == 1.0 and out.feedback == "fb"
+    assert metric.prediction_field == "sql"
+
+
+def test_metric_inference_follows_field_conventions(tmp_path):
+    db = tmp_path / "x.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (a INTEGER)")
+        con.execute("INSERT INTO t VALUES (1)")
+    sql = [dspy.Example(question="q", db_path=str(db), gold_sql="SELECT a FROM t").with_inputs("question")]
+    assert infer_language(sql) == "sql"
+    metric = infer_metric(sql)
+    assert metric.language == "sql"
+    assert metric(sql[0], dspy.Prediction(sql="SELECT a FROM t")).score == 1.0
+    assert metric(sql[0], dspy.Prediction(sql="SELECT a + 1 FROM t")).score == 0.0
+    assert infer_language([dspy.Example(prompt="p", test_code="t").with_inputs("prompt")]) == "python-tests"
+    assert infer_language([dspy.Example(question="q", graph="g", gold_cypher="c")]) == "cypher"
+    with pytest.raises(ValueError, match="none of the label fields"):
+        infer_language([dspy.Example(question="q", answer="a")])
+    with pytest.raises(ValueError, match="mix task kinds"):
+        infer_language(sql + [dspy.Example(prompt="p", test_code="t")])
+    with pytest.raises(ValueError, match="empty"):
+        infer_language([])
