@@ -130,3 +130,27 @@ def test_fallback_proposer_keeps_primary_when_usable():
 
     assert FallbackProposer(Usable(), MustNotRun()).propose(ctx_for(cases, 2)).gradient == "g"
     assert isinstance(RuleProposer(), RuleProposer)
+
+
+def test_fallback_also_runs_when_the_only_edit_is_blocked_by_the_guard():
+    """The 1.5B model's evidence-wide answer on Spider was one instance-specific rule; the guard blocks
+    it, and the per-case proposer must still get its turn in the same round."""
+    seen = {}
+
+    def small_model(req):
+        if "failing_case" in req.inputs:
+            return {"rule": "When the question asks how many rows, use COUNT(*) in the query."}
+        if "evidence" in req.inputs:
+            m = re.search(r"### Case (F\d+) [^\n]*\nInputs:\n  question: How many rows are in table (\w+)",
+                          req.inputs["evidence"])
+            seen["case"], seen["table"] = m.group(1), m.group(2)
+            return {"preserve": "- (P1)", "revise": f"- counting ({seen['case']})"}
+        return {"edits": f"ADD: When asked about {seen['table']}, answer SELECT COUNT(*) FROM {seen['table']} ({seen['case']})"}
+
+    with dspy.context(lm=task_lm()):
+        out = HeroOptimizer(feedback_metric, reflection_lm=scripted_lm(small_model), max_metric_calls=300,
+                            num_rounds=1, num_candidates=2, display_progress=False).compile(program(), make_examples(48))
+    rnd = out.detailed_results.rounds[0]
+    statuses = {c.edit.split(": ", 1)[-1][:20]: c.status for c in rnd.candidates}
+    assert any(s == "blocked" for s in statuses.values()), statuses
+    assert "COUNT(*)" in out.generate.signature.instructions and "per-case reflection" in rnd.gradient

@@ -200,10 +200,10 @@ class HeroOptimizer(Teleprompter):
         return run.execute()
 
 
-def default_proposer() -> FallbackProposer:
-    """Evidence-wide rule edits first; per-failing-case rules when those give nothing usable (small
-    reflection models), see reflection_cases.py."""
-    return FallbackProposer(RuleProposer(), CaseRuleProposer())
+def default_proposer(guard: Any = None) -> FallbackProposer:
+    """Evidence-wide rule edits first; per-failing-case rules when none of those is usable or passes
+    the guard (small reflection models), see reflection_cases.py."""
+    return FallbackProposer(RuleProposer(), CaseRuleProposer(), guard=guard)
 
 
 class _Run:
@@ -290,7 +290,7 @@ class _Run:
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=opt.num_threads or 1,
                                  failure_score=opt.failure_score, journal=self.journal,
                                  display_progress=opt.display_progress)
-        self.proposer = opt.proposer or default_proposer()
+        self.proposer = opt.proposer or default_proposer(opt.guard)
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
         seed_instr = self._render(self.current)
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=opt.seed)

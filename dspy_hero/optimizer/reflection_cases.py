@@ -160,15 +160,27 @@ class CaseRuleProposer:
 
 
 class FallbackProposer:
-    """`primary` first; `fallback` only when the primary gave no usable edit or text."""
+    """`primary` first; `fallback` only when none of the primary's edits is usable.
 
-    def __init__(self, primary: Proposer, fallback: Proposer) -> None:
+    Usable means parsed without a problem and, when a `guard` is given, allowed by it: a small model's
+    evidence-wide answer is often one instance-specific rule ("when pettype = 'dog' ...") that the
+    memorization guard would block, which must not stop the per-case proposer from running. A strong
+    reflection model whose edits are usable pays nothing extra.
+    """
+
+    def __init__(self, primary: Proposer, fallback: Proposer, guard: Any = None) -> None:
         self.primary = primary
         self.fallback = fallback
+        self.guard = guard
+
+    def usable(self, edit: ProposedEdit, ctx: ReflectionContext) -> bool:
+        if edit.problem is not None:
+            return False
+        return self.guard is None or self.guard.check(edit.rule, ctx.seed, ctx.cases).allowed
 
     def propose(self, ctx: ReflectionContext) -> Proposal:
         first = self.primary.propose(ctx)
-        if first.texts or any(e.problem is None for e in first.edits):
+        if first.texts or any(self.usable(e, ctx) for e in first.edits):
             return first
         second = self.fallback.propose(ctx)
         why = first.error or ("no usable edit" if first.edits else "no edit parsed")
