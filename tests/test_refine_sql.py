@@ -375,3 +375,20 @@ def test_repeated_probe_is_not_rerun_and_repeated_diagnosis_becomes_a_revision(d
     assert [s.action for s in trace.steps] == [EXECUTE, PROBE, PROBE, "diagnose", REVISE]
     assert "same probe as step [1]" in trace.steps[2].evidence and trace.env_actions == 3  # run, probe, revision
     assert trace.steps[4].argument.startswith("Column nam") and pred.sql == FIXED
+
+
+def test_only_failing_skips_clean_initial_programs_and_still_refines_failing_ones(db_path):
+    clean = RoleScript(generator={"sql": FIXED}, refiner={"action": "diagnose", "argument": "looks fine"})
+    pred = run(clean, make(clean, only_failing=True), db_path)
+    assert pred.sql == FIXED and not pred.changed
+    assert pred.lm_calls == 1 and "refiner" not in clean.seen  # the generator only
+    assert pred.refinement.stop_reason.startswith("initial program executes cleanly")
+
+    failing = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "probe", "argument": "schema: singer"}, {"action": "revise", "argument": "use the real column"}],
+        reviser={"reason": "[1] no such column nam; [2] the schema lists `name`", "revised_program": FIXED},
+        judge={"reason": "the schema probe shows the column is name", "supported": True},
+    )
+    pred = run(failing, make(failing, only_failing=True), db_path)
+    assert pred.sql == FIXED and pred.changed

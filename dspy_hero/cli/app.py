@@ -136,15 +136,18 @@ def demo(
     candidates: int = typer.Option(2, help="HERO-O candidates per round."),
     test_limit: int = typer.Option(16, help="Held-out questions to evaluate."),
     threads: int = typer.Option(1, help="Parallel rollouts (the local server serves one at a time)."),
+    refine_all: bool = typer.Option(False, help="HERO-T on every program (paper); by default only on programs "
+                                    "whose execution fails or returns nothing, to fit the demo's time."),
     seed: int = typer.Option(0),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run the whole method on the built-in text-to-SQL task with the embedded local model."""
     _setup_logging(verbose)
-    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed)
+    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed, refine_all)
 
 
-def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, test_limit, threads, seed):
+def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, test_limit, threads, seed,
+          refine_all=False):
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
     task = load_task_or_fail(DEMO_TASK, None)
@@ -153,7 +156,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     console.print(f"starting the task LM ({lm_spec}) ...")
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
-                       threads=threads, seed=seed, test_limit=test_limit)
+                       threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all)
     with progress_bars() as make:
         run = StagedRun(task, lm, reflection, config, progress=make)
         summary = run.run_all()
@@ -216,7 +219,7 @@ def evaluate(
     _run(_evaluate, task, data, program, refine, lm, threads, limit, out)
 
 
-def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, out):
+def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, out, only_failing=False):
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
     task = load_task_or_fail(task_name, data)
@@ -226,7 +229,8 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     program = task.make_program()
     if program_path is not None:
         program.load(str(program_path))
-    run = StagedRun(task, lm, lm, RunConfig(out_dir=out, threads=threads, test_limit=limit))
+    run = StagedRun(task, lm, lm, RunConfig(out_dir=out, threads=threads, test_limit=limit,
+                                            refine_only_failing=only_failing))
     name = ("refined" if refine else "program") if program_path else ("seed_refined" if refine else "seed")
     with progress_bars() as make:
         run.progress = make
@@ -243,12 +247,13 @@ def refine_cmd(
     lm: str = typer.Option("local"),
     threads: int = typer.Option(1),
     limit: Optional[int] = typer.Option(None),
+    only_failing: bool = typer.Option(False, help="Refine only programs whose execution fails or returns nothing."),
     out: Path = typer.Option(Path("hero_runs/refine")),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Evaluate HERO-T (HeroRefine around the program) on the held-out split."""
     _setup_logging(verbose)
-    _run(_evaluate, task, data, program, True, lm, threads, limit, out)
+    _run(_evaluate, task, data, program, True, lm, threads, limit, out, only_failing)
 
 
 @app.command()

@@ -30,6 +30,7 @@ class RunConfig:
     num_rounds: int = 5
     num_candidates: int = 4
     refine_budget: int = 3
+    refine_only_failing: bool = False  # HERO-T only on programs whose execution shows a problem
     threads: int = 1
     seed: int = 0
     test_limit: int | None = None
@@ -120,7 +121,8 @@ class StagedRun:
     def refiner(self, generator: dspy.Module) -> dspy.Module:
         from dspy_hero.refine.module import HeroRefine
 
-        return HeroRefine(generator=generator, demos=self.task.train, budget=self.config.refine_budget)
+        return HeroRefine(generator=generator, demos=self.task.train, budget=self.config.refine_budget,
+                          only_failing=self.config.refine_only_failing)
 
     # -- whole run ----------------------------------------------------------------------------------
     def run_all(self) -> dict[str, Any]:

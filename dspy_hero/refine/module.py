@@ -84,6 +84,9 @@ class HeroRefine(dspy.Module):
             is a revision (without asking the refiner): an execution error is the strongest evidence there
             is, and small refiners otherwise spend the whole budget looking instead of fixing.
         max_evidence_chars: cap on the rendered evidence shown to each LM call.
+        only_failing: return an initial program that executes cleanly (no error, check passed, rows
+            when rows apply) without refining it. Off by default (the paper refines every instance);
+            on CPU-only small models it keeps HERO-T's cost on the programs execution shows are wrong.
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
@@ -104,6 +107,7 @@ class HeroRefine(dspy.Module):
         stop_on_accept: bool = True,
         revise_on_error: bool = True,
         max_evidence_chars: int = 8000,
+        only_failing: bool = False,
     ):
         super().__init__()
         for name, value in (("budget", budget), ("max_demos", max_demos), ("retrieve_k", retrieve_k)):
@@ -122,6 +126,7 @@ class HeroRefine(dspy.Module):
         self.stop_on_accept = stop_on_accept
         self.revise_on_error = revise_on_error
         self.max_evidence_chars = max_evidence_chars
+        self.only_failing = only_failing
         self.refiner = dspy.Predict(ChooseAction)
         self.select_demos = dspy.Predict(SelectDemos)
         self.reviser = dspy.Predict(ReviseProgram)
@@ -246,6 +251,9 @@ class _Episode:
         except Exception as exc:  # noqa: BLE001 - a failing check is reported as evidence
             note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
         trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
+        if m.only_failing and self.current_ok and _clean(execution):
+            trace.stop_reason = "initial program executes cleanly (only_failing)"
+            return
         while trace.actions_used < m.budget:
             lm0, env0 = self.counter.total, trace.env_actions
             try:
