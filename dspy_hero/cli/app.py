@@ -131,10 +131,10 @@ def demo(
     out: Path = typer.Option(Path("hero_runs/demo"), help="Run directory (re-run to resume)."),
     lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b', 'simulated' or a litellm model string."),
     reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
-    max_metric_calls: int = typer.Option(48, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
+    max_metric_calls: int = typer.Option(30, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
     rounds: int = typer.Option(2, help="HERO-O rounds."),
     candidates: int = typer.Option(2, help="HERO-O candidates per round."),
-    test_limit: int = typer.Option(16, help="Held-out questions to evaluate."),
+    test_limit: int = typer.Option(10, help="Held-out questions to evaluate."),
     threads: int = typer.Option(1, help="Parallel rollouts (the local server serves one at a time)."),
     refine_all: bool = typer.Option(False, help="HERO-T on every program (paper); by default only on programs "
                                     "whose execution fails or returns nothing, to fit the demo's time."),
