@@ -95,3 +95,25 @@ def test_tasks_lists_the_registry():
     for name in ("builtin-sql", "builtin-cypher", "builtin-python", "bird", "spider", "cypherbench",
                  "bigcodebench", "dscodebench"):
         assert name in result.output
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("local:/nonexistent/model.gguf", "is not a file"),
+    ("local:7b", "unknown model size '7b'"),
+])
+def test_unusable_local_model_is_a_clear_error(tmp_path, spec, message):
+    result = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", spec, "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "error:" in said(result) and message in said(result)
+
+
+def test_missing_local_model_names_every_way_to_provide_one(tmp_path, monkeypatch):
+    from dspy_hero.lm import model_pack as mp
+
+    monkeypatch.delenv(mp.ENV_MODEL, raising=False)
+    monkeypatch.setenv(mp.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(mp, "pack_installed", lambda pack: False)
+    result = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "local:0.5b", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "no local model" in said(result) and "model_pack install 0.5b" in said(result)

@@ -56,11 +56,17 @@ def resolve_lm(spec: str, *, size_default: str = "1.5b"):
 
     if spec == "local" or spec.startswith("local:"):
         from dspy_hero.lm.local import local_lm
+        from dspy_hero.lm.model_pack import ModelIntegrityError, ModelNotFoundError
 
         arg = spec.partition(":")[2]
-        if arg and (arg.endswith(".gguf") or os.sep in arg):
-            return local_lm(model=arg)
-        return local_lm(size=arg or size_default)
+        try:
+            if arg and (arg.endswith(".gguf") or os.sep in arg):
+                return local_lm(model=arg)
+            return local_lm(size=arg or size_default)
+        except (ModelNotFoundError, ModelIntegrityError, FileNotFoundError, ImportError, ValueError,
+                TimeoutError) as exc:
+            # no model, a bad path or size, a refused file, no xllamacpp, a server that never came up
+            raise UserError(f"--lm {spec}: {exc}") from exc
     return dspy.LM(spec, cache=False)
 
 
