@@ -10,7 +10,8 @@ import dspy
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.evidence import Case
 from dspy_hero.optimizer.hero import HeroOptimizer
-from dspy_hero.optimizer.reflection import ReflectionContext, RuleProposer
+from dspy_hero.optimizer.guard import MemorizationGuard
+from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, ReflectionContext
 from dspy_hero.optimizer.reflection_cases import (
     CaseRuleProposer,
     FallbackProposer,
@@ -129,7 +130,55 @@ def test_fallback_proposer_keeps_primary_when_usable():
             raise AssertionError("fallback ran")
 
     assert FallbackProposer(Usable(), MustNotRun()).propose(ctx_for(cases, 2)).gradient == "g"
-    assert isinstance(RuleProposer(), RuleProposer)
+
+
+class Fixed:
+    def __init__(self, *edits):
+        self.edits = edits
+
+    def propose(self, ctx):
+        return Proposal(gradient="primary", edits=list(self.edits))
+
+
+class Fallback:
+    def __init__(self):
+        self.calls = 0
+
+    def propose(self, ctx):
+        self.calls += 1
+        return Proposal(gradient="per-case", edits=[ProposedEdit("add", "Always count rows with COUNT(*).", None, ["F1"], "l")])
+
+
+def test_fallback_runs_when_the_primary_only_repeats_or_misnumbers_existing_rules():
+    """A small model re-proposes the rule adopted last round, or replaces a rule number that does not
+    exist: the optimizer drops both (apply_edit), so the per-case proposer must get its turn."""
+    cases = [case("F1", False, "SyntaxError"), case("P1", True, "ok")]
+    ctx = ctx_for(cases, 2)
+    ctx.rules = ("Always qualify column names with the table alias.",)
+    repeat = ProposedEdit("add", "Always  qualify column names with the table ALIAS.", None, ["F1"], "l")
+    misnumbered = ProposedEdit("replace", "Always use double quotes for identifiers.", 3, ["F1"], "l")
+    fallback = Fallback()
+    out = FallbackProposer(Fixed(repeat, misnumbered), fallback).propose(ctx)
+    assert fallback.calls == 1 and "per-case reflection" in out.gradient
+    fresh = ProposedEdit("replace", "Always use double quotes for identifiers.", 1, ["F1"], "l")
+    assert FallbackProposer(Fixed(fresh), fallback).propose(ctx).gradient == "primary" and fallback.calls == 1
+
+
+def test_fallback_guard_sees_only_the_cases_the_reflector_was_shown():
+    """The optimizer guards candidates against the shown cases; a literal from a case the reflector
+    never saw cannot have been copied, so it must not make the primary's edit count as unusable."""
+    hidden = Case("F9", "f9", False, 0.0, {"question": "q"}, {"sql": "SELECT 1"}, "differs",
+                  labels={"gold_sql": "SELECT * FROM t WHERE year = 1999"})
+    cases = [case("F1", False, "SyntaxError"), case("P1", True, "ok"), hidden]
+    ctx = ctx_for(cases, 2)
+    ctx.shown_case_ids = ["F1", "P1"]
+    edit = ProposedEdit("add", "When a year such as 1999 is asked for, compare the year column.", None, ["F1"], "l")
+    fallback = Fallback()
+    out = FallbackProposer(Fixed(edit), fallback, guard=MemorizationGuard()).propose(ctx)
+    assert fallback.calls == 0 and out.gradient == "primary"
+    ctx.shown_case_ids = ["F1", "P1", "F9"]
+    FallbackProposer(Fixed(edit), fallback, guard=MemorizationGuard()).propose(ctx)
+    assert fallback.calls == 1
 
 
 def test_fallback_also_runs_when_the_only_edit_is_blocked_by_the_guard():

@@ -25,6 +25,7 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
 
 _CODE = re.compile(
@@ -34,7 +35,7 @@ _CODE = re.compile(
 # How instructions start; the prompt asks for Always / Never / When, small models also write these.
 _INSTRUCTION_START = re.compile(
     r"^(?:always|never|when|whenever|if|for|use|do|don't|do not|avoid|prefer|make|ensure|return|include|"
-    r"select|write|check|only|keep|include|count|join|group|order|sort|filter|handle|qualify|treat|match|"
+    r"select|write|check|only|keep|count|join|group|order|sort|filter|handle|qualify|treat|match|"
     r"remember|before|after|to|in|each|every|read|map|compute)\b",
     re.IGNORECASE,
 )
@@ -162,10 +163,14 @@ class CaseRuleProposer:
 class FallbackProposer:
     """`primary` first; `fallback` only when none of the primary's edits is usable.
 
-    Usable means parsed without a problem and, when a `guard` is given, allowed by it: a small model's
-    evidence-wide answer is often one instance-specific rule ("when pettype = 'dog' ...") that the
-    memorization guard would block, which must not stop the per-case proposer from running. A strong
-    reflection model whose edits are usable pays nothing extra.
+    Usable means parsed without a problem, applicable to the current rules (not a rule already
+    present, not a REPLACE/DELETE of a rule number that does not exist: small models often re-propose
+    a rule adopted in an earlier round) and, when a `guard` is given, allowed by it against the cases
+    the reflector was shown (as the optimizer checks it): a small model's evidence-wide answer is
+    often one instance-specific rule ("when pettype = 'dog' ...") that the memorization guard would
+    block, which must not stop the per-case proposer from running. A strong reflection model whose
+    edits are usable pays nothing extra. (Length and count limits are left to the optimizer: the
+    per-case rules would meet the same ones.)
     """
 
     def __init__(self, primary: Proposer, fallback: Proposer, guard: Any = None) -> None:
@@ -176,7 +181,10 @@ class FallbackProposer:
     def usable(self, edit: ProposedEdit, ctx: ReflectionContext) -> bool:
         if edit.problem is not None:
             return False
-        return self.guard is None or self.guard.check(edit.rule, ctx.seed, ctx.cases).allowed
+        if isinstance(apply_edit(tuple(ctx.rules), edit.to_edit(), max_rules=10**9, max_rule_chars=10**9), str):
+            return False
+        shown = set(ctx.shown_case_ids)
+        return self.guard is None or self.guard.check(edit.rule, ctx.seed, [c for c in ctx.cases if c.case_id in shown]).allowed
 
     def propose(self, ctx: ReflectionContext) -> Proposal:
         first = self.primary.propose(ctx)
