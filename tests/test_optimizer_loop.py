@@ -14,9 +14,11 @@ from optimizer_toy import (
     LIMIT_RULE,
     NOOP_RULE,
     SUM_RULE,
+    answer_for,
     feedback_metric,
     float_metric,
     make_examples,
+    norm,
     program,
     reflection_lm,
     task_lm,
@@ -240,8 +242,6 @@ class TwoStep(dspy.Module):
 
 
 def test_multi_predictor_round_robin_uses_per_predictor_traces():
-    from optimizer_toy import answer_for
-
     def script(req):
         if "plan" in req.output_fields:
             return {"plan": "count rows" if "count" in req.instructions.lower() else "select rows"}
@@ -266,6 +266,34 @@ def test_multi_predictor_round_robin_uses_per_predictor_traces():
     assert [r.predictor for r in res.rounds] == ["plan", "write"]
     assert COUNT_RULE in out.plan.signature.instructions  # the plan step was the one that needed it
     assert "Inputs to this step" in seen_evidence[1] and "plan:" in seen_evidence[1]
+
+
+def test_per_predictor_feedback_failure_keeps_the_rollout_score():
+    """A 5-argument metric that only fails when asked for one predictor's feedback: the rollout keeps
+    its real score and the other predictor's feedback (only that feedback is lost)."""
+    from dspy_hero.optimizer.budget import Budget
+    from dspy_hero.optimizer.rollout import MetricAdapter, Rollouts
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        if pred_name == "plan":
+            raise KeyError("no feedback for the plan step")
+        fb = f"feedback for {pred_name or 'the program'}"
+        return dspy.Prediction(score=float(norm(pred.sql) == norm(gold.gold_sql)), feedback=fb)
+
+    def script(req):
+        if "plan" in req.output_fields:
+            return {"plan": "select rows"}
+        return {"sql": answer_for(req.inputs["question"], "")}
+
+    examples = make_examples(3, kinds=("plain",))
+    budget = Budget(3)
+    rollouts = Rollouts(TwoStep(), MetricAdapter(metric), budget, display_progress=False)
+    with dspy.context(lm=scripted_lm(script)):
+        got = rollouts.evaluate("k", {}, [(f"t{i}", ex) for i, ex in enumerate(examples)])
+    assert budget.spent == 3 and len(got) == 3
+    for r in got.values():
+        assert r.score == 1.0 and r.error is None, r
+        assert r.predictor_feedback == {"write": "feedback for write"}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -252,7 +252,9 @@ class _Run:
         that raises, needs fields some examples lack, or scores outside [0, 1] fails here.
 
         These calls run no program, but they are metric calls, so they are paid from the budget
-        (at most `limit` of them): an outside counter of metric calls never sees more than the budget.
+        (at most `limit` of them): an outside counter of metric calls never sees more than the budget
+        (except, as with dspy.GEPA, the extra per-predictor feedback calls a 5-argument metric gets
+        on a multi-predictor program; they refine evidence and are not rollouts).
         Returns how many were made."""
         outputs = {f: "" for _, p in self.student.named_predictors() for f in p.signature.output_fields}
         seen: set[frozenset] = set()

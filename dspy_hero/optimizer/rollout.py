@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import contextvars
 import copy
 import inspect
+import logging
 import math
 import threading
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 import dspy
 
 _MAX_FIELD_CHARS = 4000
+logger = logging.getLogger("dspy_hero.optimizer")
 
 
 class MetricError(ValueError):
@@ -336,18 +338,13 @@ class Rollouts:
                 score, feedback = self.metric(example, pred, trace)
                 if feedback is None:
                     feedback = f"This trajectory got a score of {score}."
-                if self.metric.arity == 5 and len(names) > 1:
-                    for predictor, inputs, outputs in trace:
-                        name = names.get(id(predictor))
-                        if name and name not in predictor_feedback:
-                            _, fb = self.metric(example, pred, trace, name, [(predictor, inputs, outputs)])
-                            if fb:
-                                predictor_feedback[name] = fb
             except MetricError:
                 raise
             except Exception as exc:
                 error = f"metric raised {type(exc).__name__}: {_first_line(exc)}"
                 score, feedback = self.failure_score, f"The answer could not be scored ({error})."
+            if error is None and self.metric.arity == 5 and len(names) > 1:
+                predictor_feedback = self._predictor_feedback(example, pred, trace, names)
         return RolloutResult(
             example_id=ex_id,
             score=score,
@@ -360,6 +357,28 @@ class Rollouts:
             output_tokens=meter.output_tokens,
             predictor_feedback=predictor_feedback,
         )
+
+    def _predictor_feedback(self, example: Any, pred: Any, trace: list, names: dict[int, str]) -> dict[str, str]:
+        """GEPA-style per-predictor feedback (the metric called with `pred_name`, `pred_trace`).
+
+        It only refines the evidence: the rollout's score is already known, so a metric that fails
+        here costs that predictor its own feedback (the overall feedback stands in), not the score.
+        A score outside [0, 1] is still a broken metric (MetricError)."""
+        out: dict[str, str] = {}
+        for predictor, inputs, outputs in trace:
+            name = names.get(id(predictor))
+            if not name or name in out:
+                continue
+            try:
+                _, fb = self.metric(example, pred, trace, name, [(predictor, inputs, outputs)])
+            except MetricError:
+                raise
+            except Exception as exc:
+                logger.debug("per-predictor feedback for %s failed: %s: %s", name, type(exc).__name__, exc)
+                continue
+            if fb:
+                out[name] = fb
+        return out
 
 
 def _first_line(exc: BaseException) -> str:
