@@ -117,3 +117,25 @@ def test_missing_local_model_names_every_way_to_provide_one(tmp_path, monkeypatc
     result = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "local:0.5b", "--out", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert "no local model" in said(result) and "model_pack install 0.5b" in said(result)
+
+
+def test_a_cached_evaluation_is_reused_only_for_the_same_task_split_and_program(tmp_path):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+    from dspy_hero.lm.scripted import engine_of, scripted_lm
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-sql")
+    lm = scripted_lm(lambda req: {"sql": "SELECT 1"})
+    first = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2)).evaluate("seed", task.make_program())
+    assert len(first.outcomes) == 2
+    calls = engine_of(lm).call_count
+    again = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2)).evaluate("seed", task.make_program())
+    assert engine_of(lm).call_count == calls and again.outcomes == first.outcomes  # resumed, nothing re-run
+    wider = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=3)).evaluate("seed", task.make_program())
+    assert len(wider.outcomes) == 3  # another split: evaluated again, not the stale 2-example result
+    other = task.make_program()
+    other.generate.signature = other.generate.signature.with_instructions("Write SQL.")
+    run = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=3))
+    calls = engine_of(lm).call_count
+    run.evaluate("seed", other)
+    assert engine_of(lm).call_count == calls + 3  # another program: evaluated again

@@ -6,6 +6,7 @@ finished stages and HERO-O resumes from its own log directory, so Ctrl-C never l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -72,14 +73,28 @@ class StagedRun:
     # -- stages -------------------------------------------------------------------------------------
     def evaluate(self, name: str, program: dspy.Module) -> EvalReport:
         path = self.out / f"eval_{name}.json"
+        key = self.fingerprint(program)
         if path.exists():
-            logger.info("stage %s already done; reusing %s", name, path)
-            return EvalReport.from_dict(json.loads(path.read_text()))
+            saved = EvalReport.from_dict(json.loads(path.read_text()))
+            if saved.extras.get("fingerprint") == key:
+                logger.info("stage %s already done; reusing %s", name, path)
+                return saved
+            logger.warning("%s was written for another task, split or program; evaluating again", path)
         advance = self.progress(f"evaluate {name}", len(self.test))
         report = evaluate_program(program, self.test, self.task.metric, name=name, lm=self.lm,
                                   num_threads=self.config.threads, progress=advance)
+        report.extras["fingerprint"] = key
         write_json_atomic(path, report.to_dict())
         return report
+
+    def fingerprint(self, program: dspy.Module) -> str:
+        """What a cached evaluation must match to be reused: the task, the evaluated examples and the
+        program's instructions (a re-run with another --task, --limit or --program starts afresh)."""
+        ids = [str(getattr(ex, "example_id", None) or ex.get("question") or ex.get("prompt") or i)
+               for i, ex in enumerate(self.test)]
+        prompts = {n: p.signature.instructions for n, p in program.named_predictors()}
+        text = json.dumps([self.task.name, type(program).__name__, ids, prompts], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def optimize(self) -> dspy.Module:
         from dspy_hero.optimizer.hero import HeroOptimizer
