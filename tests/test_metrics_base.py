@@ -66,3 +66,31 @@ def test_metric_inference_follows_field_conventions(tmp_path):
         infer_language(sql + [dspy.Example(prompt="p", test_code="t")])
     with pytest.raises(ValueError, match="empty"):
         infer_language([])
+
+
+def test_failed_verdict_is_falsy_so_bootstrapping_rejects_its_trace(tmp_path):
+    """DSPy's BootstrapFewShot (and MIPROv2's demo search) keeps a trace when ``metric(gold, pred,
+    trace)`` is truthy; a plain dspy.Prediction is truthy whatever its score, so a 0-score result must
+    be falsy or every wrong answer would become a demo."""
+    from dspy_hero.lm.scripted import scripted_lm
+    from dspy_hero.tasks.programs import GenerateProgram
+
+    db = tmp_path / "x.sqlite"
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE t (a INTEGER)")
+        con.execute("INSERT INTO t VALUES (1)")
+    metric = infer_metric([dspy.Example(db_path=str(db), gold_sql="SELECT a FROM t")])
+    examples = [
+        dspy.Example(question=f"q{i}", db_path=str(db), gold_sql="SELECT a FROM t").with_inputs("question")
+        for i in range(3)
+    ]
+    assert not metric(examples[0], dspy.Prediction(sql="SELECT a + 1 FROM t"), [])
+    assert metric(examples[0], dspy.Prediction(sql="SELECT a FROM t"), [])
+    assert metric(examples[0], dspy.Prediction(sql="SELECT a + 1 FROM t"), []) < 0.5  # score comparisons still work
+
+    program = GenerateProgram("sql", ("question",))
+    with dspy.context(lm=scripted_lm(lambda req: {"sql": "SELECT a + 1 FROM t"})):
+        compiled = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=2, max_labeled_demos=0).compile(
+            program, trainset=examples
+        )
+    assert all(len(p.demos) == 0 for p in compiled.predictors())

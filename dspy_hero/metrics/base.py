@@ -54,7 +54,19 @@ class Verdict:
             raise ValueError(f"Verdict score must be in [0, 1], got {self.score!r}")
 
     def to_prediction(self) -> dspy.Prediction:
-        return dspy.Prediction(score=float(self.score), feedback=self.feedback)
+        return MetricResult(score=float(self.score), feedback=self.feedback)
+
+
+class MetricResult(dspy.Prediction):
+    """``dspy.Prediction(score=..., feedback=...)`` that is truthy only for a full score.
+
+    DSPy's bootstrapping (BootstrapFewShot, MIPROv2's demo search) keeps a trace as a demo when
+    ``metric(gold, pred, trace)`` is truthy, and a plain Prediction is truthy whatever its score,
+    so without this every failed program would be kept. Comparisons and sums still use the score.
+    """
+
+    def __bool__(self) -> bool:
+        return float(self.score) >= 1.0
 
 
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
@@ -134,8 +146,8 @@ class ExecutionMetric:
     Callable as ``metric(gold, pred)``, ``metric(gold, pred, trace)`` or GEPA's
     ``metric(gold, pred, trace, pred_name, pred_trace)``; always returns
     ``dspy.Prediction(score=..., feedback=...)``, which `dspy.Evaluate` reads as its score and GEPA
-    reads as score plus feedback. With a `trace` (bootstrapping), DSPy expects a pass/fail signal;
-    the score is still returned and DSPy compares it truthily, which is correct for 0/1 scores.
+    reads as score plus feedback. With a `trace` (bootstrapping), DSPy expects a pass/fail signal and
+    tests the result's truth: a `MetricResult` is true only for a score of 1.
 
     Instances are thread-safe if their judge is (each judge opens fresh connections per call).
     """
