@@ -73,21 +73,20 @@ def plot_accuracy(rows: list[MethodRow], path: Path) -> None:
 
 
 def plot_fix_to_break(per_round: list[tuple[int, int]], path: Path) -> None:
-    """Cumulative fixes and breaks of adopted candidates per round, and their ratio."""
+    """Cumulative fixes and breaks of adopted candidates per round (their ratio is the table's fix:break)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fixes = breaks = 0
-    xs, ratios, cum_f, cum_b = [], [], [], []
+    xs, cum_f, cum_b = [], [], []
     for i, (f, b) in enumerate(per_round, start=1):
         fixes += f
         breaks += b
         xs.append(i)
         cum_f.append(fixes)
         cum_b.append(breaks)
-        ratios.append(fixes / breaks if breaks else float(fixes))
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if xs:
         ax.plot(xs, cum_f, marker="o", label="cumulative fixes")
