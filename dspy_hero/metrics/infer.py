@@ -9,9 +9,9 @@ from dspy_hero.metrics.base import ExecutionMetric, get_field
 
 
 def infer_language(examples: Sequence[Any]) -> str:
-    """'sql', 'cypher', 'python-tests' or 'python-outputs', from the first example's label fields.
+    """'sql', 'cypher', 'python-tests' or 'python-outputs', from the examples' label fields.
 
-    All examples must agree: a mixed trainset has no single execution metric.
+    Every example is inspected and all must agree: a mixed trainset has no single execution metric.
     """
     if not examples:
         raise ValueError("cannot infer a metric from an empty trainset")
