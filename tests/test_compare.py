@@ -279,3 +279,32 @@ def test_python_task_through_the_harness(tmp_path):
     even = [o["score"] for o in seed.outcomes if not int(o["example_id"].split("/")[1]) % 2]
     assert all(s == 1.0 for s in odd) and all(s == 0.0 for s in even)
     assert react.pass_at_1 == 1.0 and seed.ves is None  # syntax errors are revised from the observation
+
+
+@pytest.mark.parametrize("budget", [60, 80])
+def test_mipro_plan_matches_miprov2_own_eval_count(budget):
+    """The plan's expected rollouts are MIPROv2's own count of evaluations (default program, minibatch
+    trials and every full evaluation, including the one after a last partial block of trials)."""
+    from dspy_hero.tasks.programs import GenerateProgram
+
+    def task(req):
+        return {"sql": "SELECT 1"}
+
+    def proposer(req):
+        return {name: "Write one SQLite query." for name in req.output_fields}
+
+    def metric(gold, pred, trace=None):
+        return float(pred.sql == "SELECT 1")
+
+    examples = [dspy.Example(question=f"q{i}", gold_sql="SELECT 1").with_inputs("question") for i in range(12)]
+    plan = mipro_plan(budget, len(examples), minibatch_size=5)
+    assert plan["minibatch"] and plan["num_trials"] == {60: 5, 80: 8}[budget]  # 8: a trailing partial block
+    tl, pl = scripted_lm(task), scripted_lm(proposer)
+    with dspy.context(lm=tl):
+        opt = dspy.MIPROv2(metric=metric, prompt_model=pl, task_model=tl, auto=None,
+                           num_candidates=plan["num_candidates"], num_threads=1, seed=0,
+                           max_bootstrapped_demos=0, max_labeled_demos=0, verbose=False)
+        best = opt.compile(GenerateProgram("sql", ["question"]), trainset=examples, valset=examples,
+                           num_trials=plan["num_trials"], minibatch=True, minibatch_size=plan["minibatch_size"])
+    own = max(log.get("total_eval_calls_so_far", 0) for log in best.trial_logs.values())
+    assert own == plan["expected_rollouts"] <= budget

@@ -256,10 +256,14 @@ def run_gepa(ctx: RunContext, result: MethodResult) -> MethodResult:
 
 
 def mipro_plan(budget: int, valset_size: int, minibatch_size: int = 35, full_eval_steps: int = 5) -> dict[str, int]:
-    """Zero-shot MIPROv2 settings whose expected rollouts come closest to `budget` without exceeding it.
+    """Zero-shot MIPROv2 settings whose expected rollouts come closest to `budget` without exceeding it
+    (at least one trial, so a budget below one trial's cost is exceeded; `expected_rollouts` says by how much).
 
     MIPROv2 evaluates the default program on the full valset, then each trial on a minibatch, plus a
-    full evaluation every `full_eval_steps` trials (its own accounting; the actual count is measured).
+    full evaluation every `full_eval_steps` trials and one after the last trial when the trials do not
+    end on such a step (DSPy 3.4's schedule; `expected_rollouts` equals its own ``total_eval_calls``).
+    It also bootstraps a few demos for its instruction proposer, which this plan cannot foresee; the
+    harness counts the actual metric calls.
     """
     mb = max(1, min(minibatch_size, valset_size))
     use_mb = mb < valset_size
@@ -267,7 +271,8 @@ def mipro_plan(budget: int, valset_size: int, minibatch_size: int = 35, full_eva
     def cost(trials: int) -> int:
         if not use_mb:
             return valset_size * (trials + 1)
-        return valset_size + trials * mb + (trials // full_eval_steps) * valset_size
+        full_evals = -(-trials // full_eval_steps)  # ceil: the trailing partial block is evaluated too
+        return valset_size + trials * mb + full_evals * valset_size
 
     trials = 1
     while cost(trials + 1) <= budget and trials < 500:
