@@ -51,6 +51,14 @@ def test_calibrated_mode_accepts_a_body_only_answer(tests_metric):
     assert result.score == 0.0 and "NameError" in result.feedback
 
 
+def test_calibrated_program_compiles_when_the_code_prompt_lacks_a_final_newline():
+    # user data need not end with a newline as BigCodeBench's prompts do
+    prompt = 'import math\ndef task_func(values):\n    """Sum the floors."""'
+    program = calibrated_program("def task_func(values):\n    return 1\n", prompt)
+    compile(program, "calibrated.py", "exec")
+    assert calibrated_program("x = 1\n", CODE_PROMPT) == CODE_PROMPT + "    pass\nx = 1\n"
+
+
 def test_wrong_solution_feedback_hides_expected_values(tests_metric):
     wrong = "def task_func(values):\n    return sum(values) + 1000\n"
     result = tests_metric(_task(), dspy.Prediction(code=wrong))

@@ -39,6 +39,8 @@ def calibrated_program(code: str, code_prompt: str | None) -> str:
     then the candidate, so a candidate that omits the imports or signature is not punished."""
     if not code_prompt:
         return code
+    if not code_prompt.endswith("\n"):  # BigCodeBench's prompts all end with one; user data may not
+        code_prompt += "\n"
     return code_prompt + "    pass\n" + code
 
 
