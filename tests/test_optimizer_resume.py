@@ -4,6 +4,7 @@ twice for completed rollouts; damaged or foreign checkpoints give clear errors."
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -91,11 +92,14 @@ def test_resume_after_interruption_gives_same_result_without_respending(tmp_path
     assert state["status"] == "completed" and (tmp_path / "result.json").exists()
 
 
-def test_completed_run_replays_entirely_from_the_journal(tmp_path, reference):
+def test_completed_run_replays_entirely_from_the_journal(tmp_path, reference, caplog):
     ref = reference[0]
     compile_once(tmp_path, *counting_lms())
+    assert "resuming" not in caplog.text
     tl, rl = counting_lms()
-    out = compile_once(tmp_path, tl, rl, threads=4)
+    with caplog.at_level(logging.INFO, logger="dspy_hero.optimizer"):
+        out = compile_once(tmp_path, tl, rl, threads=4)
+    assert f"HERO-O: resuming from {tmp_path}" in caplog.text
     assert engine_of(tl).call_count == 0 and engine_of(rl).call_count == 0
     assert comparable(out.detailed_results) == comparable(ref.detailed_results)
 

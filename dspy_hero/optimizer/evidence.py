@@ -3,8 +3,9 @@
 Why both: failing cases say what to revise, passing cases say what a revision must preserve (the
 paper's ablation: passing + failing cases give a higher fix-to-break ratio than failures alone).
 Rendering is bounded by an approximate token budget (default sized for small local models) and
-balances failing and passing cases by interleaving them, truncating long fields rather than
-dropping cases.
+balances failing and passing cases by interleaving them; long fields are cut so that one long case
+does not crowd out the others, and the cases that still do not fit are left out (the rendered ids
+say which were shown).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class DefaultEvidenceRenderer:
         passing = [c for c in cases if c.passed]
         order: list[Case] = []
         for i in range(max(len(failing), len(passing))):
-            order += [c for c in (failing[i : i + 1] + passing[i : i + 1])]
+            order += failing[i : i + 1] + passing[i : i + 1]
         blocks, shown, used = [], [], 0
         blocked = {True: False, False: False}
         for case in order:

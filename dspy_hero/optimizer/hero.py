@@ -288,6 +288,9 @@ class _Run:
         if set(self.pools.diagnosis) & set(self.pools.update):
             raise ValueError("diagnosis and update pools overlap: an example would both inspire and judge a change")
         self.journal = Journal(opt.log_dir, self._fingerprint()) if opt.log_dir else None
+        if self.journal and self.journal.resumed:
+            logger.info("HERO-O: resuming from %s (%d rollouts and %d reflection records journaled; replayed, not re-bought)",
+                        self.journal.dir, len(self.journal.rollouts), len(self.journal.reflections))
         self.budget = Budget(max(0, self.total - self.preflight_calls))  # rollouts; pre-flight calls already paid
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=opt.num_threads or 1,
                                  failure_score=opt.failure_score, journal=self.journal,
