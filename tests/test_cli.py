@@ -139,3 +139,14 @@ def test_a_cached_evaluation_is_reused_only_for_the_same_task_split_and_program(
     calls = engine_of(lm).call_count
     run.evaluate("seed", other)
     assert engine_of(lm).call_count == calls + 3  # another program: evaluated again
+
+
+def test_a_run_directory_belongs_to_one_task(tmp_path):
+    out = tmp_path / "run"
+    first = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "1", "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    other = runner.invoke(app, ["evaluate", "--task", "builtin-python", "--lm", "simulated", "--limit", "1", "--out", str(out)])
+    assert other.exit_code == 2, other.output
+    assert "holds a run of task 'builtin-sql'" in said(other)
+    again = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "1", "--out", str(out)])
+    assert again.exit_code == 0, again.output

@@ -92,6 +92,20 @@ def load_task_or_fail(name: str, data: Optional[Path]):
         raise UserError(f"task {name!r}: {exc}") from exc
 
 
+def claim_run_dir(out: Path, task_name: str) -> None:
+    """A run directory holds one task's run: resuming another task's HERO-O log, program or evaluations
+    there would mix two tasks' results, so a second task is refused (the first claims it)."""
+    marker = out / "task.json"
+    if marker.exists():
+        owner = json.loads(marker.read_text()).get("task")
+        if owner != task_name:
+            raise UserError(f"{str(out)!r} holds a run of task {owner!r}, not {task_name!r}; pass another --out")
+        return
+    from dspy_hero.cli.report import write_json_atomic
+
+    write_json_atomic(marker, {"task": task_name})
+
+
 @contextmanager
 def progress_bars():
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -157,6 +171,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
     task = load_task_or_fail(DEMO_TASK, None)
+    claim_run_dir(out, task.name)
     console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
                   f"questions ({task.split_note})")
     console.print(f"starting the task LM ({lm_spec}) ...")
@@ -199,6 +214,7 @@ def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls,
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise UserError(f"--auto must be light, medium or heavy, not {auto!r}")
     task = load_task_or_fail(task_name, data)
+    claim_run_dir(out, task.name)
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, auto=auto, max_metric_calls=max_metric_calls, num_rounds=rounds,
                        num_candidates=candidates, threads=threads, seed=seed, log_dir=log_dir)
@@ -231,6 +247,7 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     task = load_task_or_fail(task_name, data)
     if program_path is not None and not program_path.exists():
         raise UserError(f"program file {str(program_path)!r} does not exist")
+    claim_run_dir(out, task.name)
     lm, _ = resolve_lms(lm_spec, None, task)
     program = task.make_program()
     if program_path is not None:
