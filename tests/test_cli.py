@@ -150,3 +150,10 @@ def test_a_run_directory_belongs_to_one_task(tmp_path):
     assert "holds a run of task 'builtin-sql'" in said(other)
     again = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "1", "--out", str(out)])
     assert again.exit_code == 0, again.output
+
+
+def test_data_path_for_a_builtin_task_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--data", str(tmp_path), "--lm", "simulated",
+                                 "--limit", "1", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "generates its own data" in said(result)

@@ -85,6 +85,10 @@ def load_task_or_fail(name: str, data: Optional[Path]):
         raise UserError(f"data path {str(data)!r} does not exist")
     if name not in available_tasks():
         raise UserError(f"unknown task {name!r}; available: {', '.join(available_tasks())}")
+    from dspy_hero.tasks.builtin import BUILTIN_LOADERS
+
+    if data is not None and name in BUILTIN_LOADERS:  # their loaders would silently ignore it
+        raise UserError(f"task {name!r} generates its own data; --data applies to the benchmark tasks only")
     kwargs = {"data_dir": str(data)} if data is not None else {}
     try:
         return load_task(name, **kwargs)
