@@ -142,6 +142,11 @@ def test_damaged_or_foreign_checkpoints_give_clear_errors(tmp_path):
     journal.write_text("\n".join(lines) + "\n")
     with pytest.raises(CheckpointError, match="corrupted journal"):
         compile_once(tmp_path, *counting_lms())
+    for damaged in ('{"kind": "rollout", "key": "k"}', "[1, 2]", '{"kind": "other", "key": "k", "output": {}}'):
+        lines[2] = damaged  # valid JSON, but not a record this journal wrote
+        journal.write_text("\n".join(lines) + "\n")
+        with pytest.raises(CheckpointError, match="line 3: not a rollout or reflection record"):
+            compile_once(tmp_path, *counting_lms())
     assert engine_of(tl).call_count == 0
 
 

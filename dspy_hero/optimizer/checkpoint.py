@@ -103,18 +103,25 @@ class Journal:
                 if last:
                     break
                 raise CheckpointError(f"corrupted journal {self.journal_path} at line {i + 1}: {exc}") from exc
-            self._apply(rec)
+            if not self._apply(rec):
+                raise CheckpointError(f"corrupted journal {self.journal_path} at line {i + 1}: not a rollout or "
+                                      f"reflection record: {line[:120]!r}")
             good_end += len(line) + 1
         if good_end < len(raw):  # drop the cut-off tail so new records start on a fresh line
             with open(self.journal_path, "r+b") as f:
                 f.truncate(good_end)
 
-    def _apply(self, rec: dict[str, Any]) -> None:
-        kind = rec.get("kind")
-        if kind == "rollout":
+    def _apply(self, rec: Any) -> bool:
+        """Index one journal record; False when it is not a well-formed record of a known kind."""
+        if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+            return False
+        if rec.get("kind") == "rollout" and isinstance(rec.get("example_id"), str) and isinstance(rec.get("result"), dict):
             self.rollouts[(rec["key"], rec["example_id"])] = rec["result"]
-        elif kind == "reflection":
+            return True
+        if rec.get("kind") == "reflection" and isinstance(rec.get("output"), dict):
             self.reflections[rec["key"]] = rec["output"]
+            return True
+        return False
 
     def _append(self, rec: dict[str, Any]) -> None:
         line = json.dumps(rec, ensure_ascii=False, default=str)
