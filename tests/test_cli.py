@@ -157,3 +157,24 @@ def test_data_path_for_a_builtin_task_is_a_clear_error(tmp_path):
                                  "--limit", "1", "--out", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert "generates its own data" in said(result)
+
+
+def test_hero_t_uses_the_tasks_environments(tmp_path):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+    from dspy_hero.execution.environments import environment_for
+    from dspy_hero.lm.scripted import scripted_lm
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-sql")
+    asked = []
+
+    def recording(refs):
+        asked.append(refs.get("db_id"))
+        return environment_for(refs)
+
+    task.environment_for = recording
+    lm = scripted_lm(lambda req: {"sql": "SELECT 1", "action": "stop", "argument": ""})
+    run = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2))
+    report = run.evaluate("seed_refined", run.refiner(task.make_program()))
+    assert not [o.error for o in report.outcomes if o.error]
+    assert asked == [ex.db_id for ex in run.test]

@@ -136,8 +136,10 @@ class StagedRun:
     def refiner(self, generator: dspy.Module) -> dspy.Module:
         from dspy_hero.refine.module import HeroRefine
 
-        return HeroRefine(generator=generator, demos=self.task.train, budget=self.config.refine_budget,
-                          only_failing=self.config.refine_only_failing)
+        # The task's environments: they share the metric's engine (a Cypher server) and are reused per
+        # database or graph, where HeroRefine's own default would start engines of its own.
+        return HeroRefine(generator=generator, environment=self.task.environment_for, demos=self.task.train,
+                          budget=self.config.refine_budget, only_failing=self.config.refine_only_failing)
 
     # -- whole run ----------------------------------------------------------------------------------
     def run_all(self) -> dict[str, Any]:
