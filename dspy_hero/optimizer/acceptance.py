@@ -6,7 +6,7 @@ difference d = score(candidate) - score(current) is +1 (fix), -1 (break) or 0 (t
 `initial` examples and grows only while a one-sided confidence bound at level `alpha` on mean(d)
 still straddles `margin`: accept early when the lower bound exceeds the margin, reject early when
 the upper bound does not; at `max_size`, at the end of the pool, or when the budget runs out, decide
-by the point estimate (fixes - breaks) / n > margin.
+by the point estimate mean(d) > margin (for 0/1 metrics, (fixes - breaks) / n).
 
 The bound is a normal interval on an Agresti-Caffo-style adjusted sample (one pseudo fix and one
 pseudo break added). Why: with 8 paired examples the plain normal bound collapses to zero width when
