@@ -38,22 +38,12 @@ from dspy_hero.bench.simulate_worlds import (
 )
 from dspy_hero.lm.scripted import ScriptedRequest, scripted_lm
 
-# The SQL world's tables, kept under their original names for callers and tests.
-# skill -> (what in the gold SQL needs it, the rule that teaches it, the marker the task LM looks for)
+# The SQL world's skills: name -> (what in the gold SQL needs it, the rule that teaches it, the marker
+# the task LM looks for).
 SKILLS: dict[str, tuple[str, str, str]] = {s.name: (s.pattern, s.rule, s.marker) for s in SQL_WORLD.skills}
-HARMFUL_RULE = SQL_WORLD.harmful_rule
-HARMFUL_MARKER = SQL_WORLD.harmful_marker
 _NO_ERROR = re.compile(r"\b(without (an? )?(error|exception)s?|no errors?)\b", re.IGNORECASE)
 _ERROR = re.compile(r"error|exception|traceback", re.IGNORECASE)
 _PY_DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(")
-
-
-def _h(text: str) -> int:
-    return stable_hash(text)
-
-
-def skills_needed(sql: str) -> set[str]:
-    return SQL_WORLD.needed(sql)
 
 
 def shows_error(text: str) -> bool:
@@ -99,7 +89,7 @@ class SimulatedWorld:
         return self.spec.language
 
     def hard(self, key: str) -> bool:
-        return _h("hard" + key) % 1000 < self.hard_fraction * 1000
+        return stable_hash("hard" + key) % 1000 < self.hard_fraction * 1000
 
     def find_key(self, text: str) -> str | None:
         """The instance a prompt is about: the longest question it contains, or (Python) the first
@@ -138,7 +128,7 @@ class SimulatedWorld:
 
     def wrong(self, question: str, gold: str) -> str:
         # Half the failures are execution errors (feedback a reviser can act on), half wrong results.
-        if _h("err" + question) % 2 == 0:
+        if stable_hash("err" + question) % 2 == 0:
             return self.spec.broken(question, gold)
         return self.spec.wrong_result(question, gold)
 
