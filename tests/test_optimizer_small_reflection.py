@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 
 import dspy
+from optimizer_toy import COUNT_RULE, LIMIT_RULE, SUM_RULE, feedback_metric, make_examples, program, task_lm
 
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.evidence import Case
-from dspy_hero.optimizer.hero import HeroOptimizer
 from dspy_hero.optimizer.guard import MemorizationGuard
+from dspy_hero.optimizer.hero import HeroOptimizer
 from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, ReflectionContext
 from dspy_hero.optimizer.reflection_cases import (
     CaseRuleProposer,
@@ -19,7 +20,6 @@ from dspy_hero.optimizer.reflection_cases import (
     evidence_gradient,
     failure_category,
 )
-from optimizer_toy import COUNT_RULE, LIMIT_RULE, SUM_RULE, feedback_metric, make_examples, program, task_lm
 
 
 def case(cid: str, passed: bool, feedback: str, question: str = "q") -> Case:

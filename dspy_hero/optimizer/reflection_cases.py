@@ -70,7 +70,7 @@ def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
     """The textual gradient, built by code: failure categories to revise, passing cases to preserve."""
     failing = [c for c in cases if not c.passed and c.case_id in shown]
     passing = [c for c in cases if c.passed and c.case_id in shown]
-    groups: "OrderedDict[str, list[str]]" = OrderedDict()
+    groups: OrderedDict[str, list[str]] = OrderedDict()
     for c in failing:
         groups.setdefault(failure_category(c.feedback), []).append(c.case_id)
     revise = [f"- {cat}: {len(ids)} case(s) ({', '.join(ids[:8])})"
@@ -126,7 +126,7 @@ class CaseRuleProposer:
         """Up to K failing cases shown in the evidence, one per failure category first (largest first)."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
-        groups: "OrderedDict[str, list[Any]]" = OrderedDict()
+        groups: OrderedDict[str, list[Any]] = OrderedDict()
         for c in failing:
             groups.setdefault(failure_category(c.feedback), []).append(c)
         ordered = sorted(groups.values(), key=len, reverse=True)
