@@ -324,6 +324,7 @@ class _Run:
                     self.journal.update_state(rounds_completed=t, metric_calls=self.budget.spent)
             program = self._finish()
         finally:
+            self.rollouts.close()
             if mlflow_run is not None:
                 mlflow_run()
             if self.journal:

@@ -224,6 +224,22 @@ class Rollouts:
         self.usage = UsageMeter()
         self.replayed = 0
         self._programs: dict[str, dspy.Module] = {}
+        self._bar: Any = None  # one bar over the whole budget, like GEPA's
+
+    def _progress(self, desc: str) -> Any:
+        """The run's rollout bar (created on first use), labelled with the current step."""
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.budget.total, desc="HERO-O rollouts", unit="rollout",
+                             disable=not self.display_progress)
+        self._bar.set_postfix_str(desc, refresh=False)
+        return self._bar
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def error_counts(self) -> dict[str, int]:
         """Failed rollouts by error type (e.g. {"AdapterParseError": 3}) over everything evaluated."""
@@ -289,10 +305,8 @@ class Rollouts:
         return self._programs[key]
 
     def _run_many(self, program: dspy.Module, items: list[tuple[str, Any]], desc: str):
-        from tqdm.auto import tqdm
-
         names = {id(p): n for n, p in program.named_predictors()}
-        bar = tqdm(total=len(items), desc=desc, leave=False, disable=not self.display_progress)
+        bar = self._progress(desc)
         try:
             if self.num_threads == 1 or len(items) == 1:
                 for ex_id, example in items:
@@ -313,7 +327,7 @@ class Rollouts:
                         fut.cancel()
                     raise
         finally:
-            bar.close()
+            bar.refresh()
 
     def run_one(self, program: dspy.Module, names: dict[int, str], ex_id: str, example: Any) -> RolloutResult:
         """One paid rollout; never raises for LM/program/metric failures (they score failure_score),
