@@ -31,4 +31,8 @@ class Task:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
+        """Release the metric's engines and the HERO-T environments built for this task."""
         self.metric.close()
+        clear = getattr(self.environment_for, "clear", None)
+        if callable(clear):
+            clear()

@@ -27,13 +27,6 @@ BENCHMARK_LOADERS = {
 }
 
 
-def environment_for(example: Any) -> Any:
-    """HERO-T's environment for one example (deferred import: the module lives with the executors)."""
-    from dspy_hero.execution.environments import environment_for as _environment_for
-
-    return _environment_for(example)
-
-
 def sqlite_schema(db_path: str | Path) -> str:
     """The CREATE statements of a SQLite database, read through a fresh read-only connection."""
     uri = f"{Path(db_path).resolve().as_uri()}?mode=ro"
@@ -77,8 +70,14 @@ def build_task(
     group_key: str | None,
     split_note: str,
     extras: dict[str, Any] | None = None,
+    environment_options: dict[str, Any] | None = None,
 ) -> Task:
-    """Assemble a Task whose program uses the benchmark's seed prompt and only the LM-facing inputs."""
+    """Assemble a Task whose program uses the benchmark's seed prompt and only the LM-facing inputs.
+
+    HERO-T's environments come from one `EnvironmentCache` per task (one environment per database or
+    graph, not an engine per instance); `environment_options` go to each, e.g. the metric's ``engine``.
+    """
+    from dspy_hero.execution.environments import EnvironmentCache
     from dspy_hero.tasks.programs import GenerateProgram
 
     instructions = seed_prompt(name)
@@ -95,7 +94,7 @@ def build_task(
         metric=metric_factory(),
         make_program=make_program,
         group_key=group_key,
-        environment_for=environment_for,
+        environment_for=EnvironmentCache(**(environment_options or {})),
         split_note=split_note,
         extras={"benchmark": name, "program_inputs": list(inputs), **(extras or {})},
     )

@@ -215,6 +215,6 @@ def load_cypherbench(
     return build_task(
         name="cypherbench", language="cypher", train=split.train, test=split.test, metric_factory=metric,
         program_inputs=PROGRAM_INPUTS, group_key="graph", split_note=split.note,
-        extras=split.extras,
+        extras=split.extras, environment_options={"engine": engine} if engine is not None else None,
     )
 

@@ -27,12 +27,6 @@ BUILTIN_LOADERS = {
 }
 
 
-def _environment_for(example: Any) -> Any:
-    from dspy_hero.execution.environments import environment_for
-
-    return environment_for(example)
-
-
 def make_task(
     *,
     name: str,
@@ -44,8 +38,14 @@ def make_task(
     group_key: str | None,
     split_note: str,
     extras: dict[str, Any] | None = None,
+    environment_options: dict[str, Any] | None = None,
 ) -> Task:
-    """A Task whose seed program is `GenerateProgram` with the default instructions for `language`."""
+    """A Task whose seed program is `GenerateProgram` with the default instructions for `language`.
+
+    HERO-T's environments come from one `EnvironmentCache` per task (one environment per database or
+    graph); `environment_options` go to each, e.g. ``engine`` so they run on the metric's engine.
+    """
+    from dspy_hero.execution.environments import EnvironmentCache
     from dspy_hero.tasks.programs import GenerateProgram
 
     program_inputs = tuple(inputs)
@@ -61,7 +61,7 @@ def make_task(
         metric=metric,
         make_program=make_program,
         group_key=group_key,
-        environment_for=_environment_for,
+        environment_for=EnvironmentCache(**(environment_options or {})),
         split_note=split_note,
         extras={"builtin": True, "program_inputs": list(program_inputs), **(extras or {})},
     )

@@ -145,4 +145,5 @@ def builtin_cypher_task(
     return make_task(
         name="builtin-cypher", language="cypher", train=train, test=test,
         metric=cypher_execution_metric(engine=engine), inputs=INPUTS, group_key=None, split_note=note,
+        environment_options={"engine": engine} if engine is not None else None,
     )
