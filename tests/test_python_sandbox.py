@@ -63,6 +63,14 @@ def test_errors_are_typed(sandbox):
     assert sandbox.run("   \n").error_type == EMPTY_PROGRAM
 
 
+def test_exit_status_beyond_one_byte_is_reported_as_the_program_s(sandbox):
+    """The OS keeps an exit status modulo 256 (exit(-1) ends with 255, exit(256) with 0); the report
+    must still say the program called exit, not blame the sandbox's supervising process."""
+    for code in (-1, 256):
+        result = sandbox.run(f"import sys\nsys.exit({code})")
+        assert not result.ok and result.error_message == f"the program called exit({code})", result
+
+
 def test_timeout_kills_the_program(sandbox):
     start = time.perf_counter()
     result = sandbox.run("import time\ntime.sleep(60)", timeout_s=1.0)

@@ -644,7 +644,9 @@ def _interpret(raw: bytes, nonce: str, returncode: int | None, timed_out: bool, 
             return fail(RUNTIME, "the test run ended without a report (the program exited early)")
         return fail(RUNTIME, f"the program exited with status {returncode} without a report: {_last_line(text)}")
     status = record.get("status")
-    if returncode not in (0, None) and status in ("ok", "tests") or (status == "exit" and returncode != record.get("code")):
+    if returncode not in (0, None) and status in ("ok", "tests") or (
+        status == "exit" and returncode != _exit_status(record.get("code"))
+    ):
         # the program reported success but its process tree did not end cleanly (e.g. it killed the
         # rlimit layer's reaper): do not trust the report
         return fail(RUNTIME, f"the sandbox's supervising process ended with status {returncode}")
@@ -696,6 +698,11 @@ def _test_execution(record: dict[str, Any], text: str, runtime: float, truncated
     message = f"{len(bad)} of {run} test(s) failed ({', '.join(types)}): {shown}"
     return Execution(ok=False, output=text, error_type=kind, error_message=message, runtime_s=runtime,
                      truncated=truncated, details=details)
+
+
+def _exit_status(code: Any) -> int | None:
+    """The status the OS reports for ``sys.exit(code)``: the low byte (exit(-1) ends with 255)."""
+    return code % 256 if isinstance(code, int) else None
 
 
 def _last_line(text: str) -> str:
