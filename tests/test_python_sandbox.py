@@ -71,6 +71,16 @@ def test_exit_status_beyond_one_byte_is_reported_as_the_program_s(sandbox):
         assert not result.ok and result.error_message == f"the program called exit({code})", result
 
 
+def test_program_text_that_is_not_unicode_is_reported_not_raised(sandbox):
+    """A lone surrogate (e.g. from a JSON-escaped LM answer) cannot be written as UTF-8 source:
+    the run reports it as a syntax error instead of raising into the metric."""
+    result = sandbox.run("print('\ud800')")
+    assert not result.ok and result.error_type == SYNTAX and "UTF-8" in result.error_message
+    tests = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_x(self):\n        '\udfff'\n"
+    result = sandbox.run_unittest("x = 1\n", tests)
+    assert not result.ok and result.error_type == SYNTAX
+
+
 def test_timeout_kills_the_program(sandbox):
     start = time.perf_counter()
     result = sandbox.run("import time\ntime.sleep(60)", timeout_s=1.0)

@@ -316,6 +316,9 @@ class PythonSandbox:
             runtime = time.perf_counter() - start
             return _interpret(raw, nonce, proc.returncode, timed_out, capped, runtime, timeout, layer, mode,
                               self.max_output_bytes)
+        except UnicodeEncodeError as exc:  # e.g. a lone surrogate from a JSON-escaped answer: not Python source
+            return failed(SYNTAX, f"the program (or its stdin) is not valid UTF-8 text: {exc}",
+                          time.perf_counter() - start, layer=layer)
         except OSError as exc:
             return failed(ENVIRONMENT, f"could not start the sandbox: {exc}", time.perf_counter() - start, layer=layer)
         finally:
