@@ -20,6 +20,8 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.metrics.base import get_field
+
 logger = logging.getLogger(__name__)
 
 # Task-text fields a demo keeps and is searched by (schemas are shared by many tasks and would drown
@@ -262,13 +264,7 @@ def _read(obj: Any, name: str | None) -> Any:
 
     (Unlike `fields.read_field` this may read labels: the bank is built from training examples.)
     """
-    if name is None or obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    if isinstance(obj, dspy.Example):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    return None if name is None else get_field(obj, name)
 
 
 def _task_fields(example: Any) -> dict[str, str]:

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import dspy
-
-from dspy_hero.metrics.base import LABEL_FIELDS, PREDICTION_FIELDS
+from dspy_hero.metrics.base import LABEL_FIELDS, PREDICTION_FIELDS, get_field
 
 # Fields an environment may need (see dspy_hero.metrics.base); they reach the generator only if its
 # signature asks for them.
@@ -27,13 +25,7 @@ def read_field(obj: Any, name: str) -> Any:
     """
     if name in LABEL_FIELDS:
         raise ValueError(f"HERO-T never reads label field {name!r}")
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    if isinstance(obj, dspy.Example):
-        return obj.get(name)
-    return getattr(obj, name, None)
+    return get_field(obj, name)
 
 
 @dataclass(frozen=True)
