@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import time
 
 import pytest
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, RESOURCE, RUNTIME, SYNTAX, TIMEOUT
-from dspy_hero.execution.python import TESTS_FAILED, PythonSandbox, find_bwrap
+from dspy_hero.execution.python import SANDBOX_UID, TESTS_FAILED, PythonSandbox, _hand_over, find_bwrap
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox layers need Linux")
 
@@ -79,6 +81,35 @@ def test_program_text_that_is_not_unicode_is_reported_not_raised(sandbox):
     tests = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_x(self):\n        '\udfff'\n"
     result = sandbox.run_unittest("x = 1\n", tests)
     assert not result.ok and result.error_type == SYNTAX
+
+
+def test_run_dir_is_private_to_its_owner_without_root():
+    """Without root the sandbox user is this user (rlimit) or maps onto it (bwrap's user namespace),
+    so a run's dir needs no access for others; a world-writable one would let another local user swap
+    main.py or the boot config between their writing and the run. Checked as uid 65534 when root."""
+    base = tempfile.mkdtemp(prefix="hero-handover-")
+    try:
+        os.chmod(base, 0o777)
+        if os.getuid() != 0:
+            run_dir = tempfile.mkdtemp(dir=base)
+            _hand_over(run_dir)
+            others = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
+        else:
+            pid = os.fork()
+            if pid == 0:  # the child becomes a non-root user, reports the group/other bits, and exits
+                bits = 100
+                try:
+                    os.setgid(SANDBOX_UID)
+                    os.setuid(SANDBOX_UID)
+                    run_dir = tempfile.mkdtemp(dir=base)
+                    _hand_over(run_dir)
+                    bits = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
+                finally:
+                    os._exit(bits)
+            others = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        assert others == 0, f"group/other permission bits {others:o} on a non-root run dir"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_timeout_kills_the_program(sandbox):

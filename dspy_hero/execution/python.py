@@ -541,14 +541,18 @@ def _write(path: Path, text: str) -> None:
 
 
 def _hand_over(workdir: str) -> None:
-    """Make the temp dir and its files the sandbox user's (root) or world-writable (non-root)."""
+    """Make the temp dir and its files the sandbox user's (root); without root keep it private.
+
+    Without root the sandbox user is this user (rlimit layer) or is mapped onto it (bwrap's user
+    namespace), so owner access suffices; any access for others would let another local user swap
+    ``main.py`` or the boot config in between their writing and the run."""
     if os.getuid() == 0:
         for name in [workdir] + [os.path.join(workdir, n) for n in os.listdir(workdir)]:
             os.chown(name, SANDBOX_UID, SANDBOX_UID)
         # traversable by others: bwrap enters it as root without CAP_DAC_OVERRIDE
         os.chmod(workdir, stat.S_IRWXU | stat.S_IXGRP | stat.S_IXOTH)
     else:
-        os.chmod(workdir, stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO)
+        os.chmod(workdir, stat.S_IRWXU)
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
