@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.execution.python import SANDBOX_UID, TEMP_PREFIX, PythonSandbox
+from dspy_hero.execution.leaks import now_ticks, sandbox_processes, wait_for_exit
+from dspy_hero.execution.python import TEMP_PREFIX, PythonSandbox
 from dspy_hero.execution.sqlite import SQLiteExecutor
 
 # (program, expected stdout) pairs: small but varied valid programs
@@ -55,58 +56,8 @@ QUERIES = [
 ]
 
 
-def proc_table() -> dict[int, tuple[int, int, int, bytes, str]]:
-    """pid -> (ppid, uid, start ticks, argv[0], state) for every process we can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            status = Path(f"/proc/{entry}/status").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        uid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
-        table[int(entry)] = (int(stat[1]), uid, int(stat[19]), cmd, stat[0].decode())
-    return table
-
-
-def sandbox_processes(since: int = 0) -> set[int]:
-    """Live sandbox processes (uid 65534 or bwrap) that are ours: descendants of this benchmark process,
-    or orphans started after `since` (clock ticks). Other programs on a shared machine may run their
-    own sandboxes at the same time; their processes are neither."""
-    table = proc_table()
-    ours, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, row in table.items() if row[0] in frontier} - ours
-        ours |= frontier
-    found = set()
-    for pid, (ppid, uid, start, cmd, state) in table.items():
-        if state == "Z" or not (uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap"):
-            continue
-        if pid in ours or (ppid == 1 and start >= since):
-            found.add(pid)
-    return found
-
-
-def now_ticks() -> int:
-    uptime = float(Path("/proc/uptime").read_text().split()[0])
-    return int(uptime * os.sysconf("SC_CLK_TCK")) - 1
-
-
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def settle(before: set[int], since: int, seconds: float = 3.0) -> set[int]:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        leaked = sandbox_processes(since) - before
-        if not leaked:
-            return set()
-        time.sleep(0.1)
-    return sandbox_processes(since) - before
 
 
 def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
@@ -145,7 +96,7 @@ def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
         "p95_ms": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "leaked_processes": len(settle(procs, since)),
+        "leaked_processes": len(wait_for_exit(procs, since)),
         "leaked_temp_dirs": len([n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]),
         "leaked_fds": max(0, open_fds() - fds),
     }

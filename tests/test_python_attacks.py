@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from dspy_hero.execution.base import RESOURCE, RUNTIME, TIMEOUT
-from dspy_hero.execution.python import SANDBOX_UID, TEMP_PREFIX, PythonSandbox, find_bwrap
+from dspy_hero.execution.leaks import now_ticks, sandbox_processes, wait_for_exit
+from dspy_hero.execution.python import TEMP_PREFIX, PythonSandbox, find_bwrap
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox layers need Linux")
 
@@ -28,46 +29,6 @@ def _layers() -> list[str]:
     if os.getuid() == 0:  # without root the rlimit layer cannot change uid, so host files stay readable
         layers.append("rlimit")
     return layers
-
-
-def _proc_table() -> dict[int, tuple[int, int, int, bytes, str]]:
-    """pid -> (ppid, uid, start ticks, argv[0], state) for every process we can see."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            status = Path(f"/proc/{entry}/status").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        uid = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("Uid:"))
-        table[int(entry)] = (int(stat[1]), uid, int(stat[19]), cmd, stat[0].decode())
-    return table
-
-
-def _sandbox_processes(since: int = 0) -> set[int]:
-    """Live sandbox processes (uid 65534 or bwrap) that are ours: descendants of this test process,
-    or orphans started after `since` (clock ticks). Other programs on a shared machine may run their
-    own sandboxes at the same time; their processes are neither."""
-    table = _proc_table()
-    ours, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, row in table.items() if row[0] in frontier} - ours
-        ours |= frontier
-    found = set()
-    for pid, (ppid, uid, start, cmd, state) in table.items():
-        if state == "Z" or not (uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap"):
-            continue
-        if pid in ours or (ppid == 1 and start >= since):
-            found.add(pid)
-    return found
-
-
-def _now_ticks() -> int:
-    uptime = float(Path("/proc/uptime").read_text().split()[0])
-    return int(uptime * os.sysconf("SC_CLK_TCK")) - 1
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +54,10 @@ def sandbox(request, temp_root):
 @pytest.fixture()
 def clean_host(temp_root):
     """Assert that the attack left no sandbox process and no temp dir behind."""
-    since = _now_ticks()
-    procs = _sandbox_processes(since)
+    since = now_ticks()
+    procs = sandbox_processes(since)
     yield
-    deadline = time.time() + 3
-    while time.time() < deadline and _sandbox_processes(since) - procs:
-        time.sleep(0.05)
-    assert _sandbox_processes(since) - procs == set(), "a sandboxed process outlived its run"
+    assert wait_for_exit(procs, since) == set(), "a sandboxed process outlived its run"
     left = [n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]
     assert left == [], "a sandbox temp dir was left behind"
 
