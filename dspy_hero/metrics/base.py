@@ -29,8 +29,9 @@ Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` repo
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 

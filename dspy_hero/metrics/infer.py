@@ -3,7 +3,8 @@ works with no metric given. The conventions are listed in `dspy_hero.metrics.bas
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from dspy_hero.metrics.base import ExecutionMetric, get_field
 
