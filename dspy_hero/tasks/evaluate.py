@@ -7,6 +7,7 @@ returns exactly that, as a typed record.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -96,7 +97,7 @@ def evaluate_program(
     def one(index: int) -> ExampleOutcome:
         example = examples[index]
         try:
-            with dspy.context(lm=lm) if lm is not None else _null():
+            with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
                 pred = program(**example.inputs())
             result = metric(example, pred)
             text = str(getattr(pred, field_name, "") or "") if field_name else ""
@@ -120,11 +121,3 @@ def evaluate_program(
         input_tokens=after[1] - before[1],
         output_tokens=after[2] - before[2],
     )
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
