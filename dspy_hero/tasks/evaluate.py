@@ -8,6 +8,7 @@ returns exactly that, as a typed record.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -108,9 +109,12 @@ def evaluate_program(
             if progress is not None:
                 progress(1)
 
+    # Worker threads do not inherit the caller's `dspy.context(...)` (a context variable): each example
+    # runs in a copy of the caller's context, so its LM, adapter and callbacks apply there too.
+    parent = contextvars.copy_context()
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, num_threads)) as pool:
-        outcomes = list(pool.map(one, range(len(examples))))
+        outcomes = list(pool.map(lambda i: parent.copy().run(one, i), range(len(examples))))
     wall = time.perf_counter() - start
     after = lm_usage(lm) if lm is not None else (0, 0, 0)
     return EvalReport(
