@@ -125,6 +125,12 @@ ATTACKS = [
         "SELECT length(replace(hex(zeroblob(100000000)), '0', 'aaaa'))",
         {RESOURCE},
     ),
+    (  # each value is small, but together they would fill the host's memory (here: 320 MB)
+        "huge values across rows",
+        "resources",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 320) SELECT zeroblob(1000000) FROM c",
+        {RESOURCE},
+    ),
     (
         "millions of rows",
         "row cap",

@@ -12,8 +12,9 @@ Generated SQL is untrusted, so four independent guards stand between it and the 
 A wall-clock timeout stops runaway queries twice over: a progress handler checks the deadline every
 few thousand VM instructions, and a shared watchdog thread calls ``interrupt()`` when the deadline
 passes, for the rare long step that runs no VM instructions (a huge sort, a slow C function). Results
-are capped at `max_rows` rows (``truncated=True`` beyond), and no string or blob may exceed
-256 MiB (``SQLITE_LIMIT_LENGTH``). Each `run` opens its own connection, so one executor can serve many
+are capped at `max_rows` rows (``truncated=True`` beyond), no string or blob may exceed
+256 MiB (``SQLITE_LIMIT_LENGTH``), and a result holding more than 256 MiB of text and blobs in all
+is stopped as a resource error (the rows live in the host's memory). Each `run` opens its own connection, so one executor can serve many
 threads.
 
 Known limit of in-process execution: a single built-in C function call cannot be interrupted. The
@@ -106,6 +107,9 @@ _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_maste
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
 _MAX_VALUE_BYTES = 256 * 1024 * 1024  # largest string/blob a query may build (SQLITE_LIMIT_LENGTH)
+# Text and blob bytes one result may hold in this process: the row cap alone would let 100,000 rows
+# of 256 MiB values through, and the rows are fetched into the host's memory.
+_MAX_RESULT_BYTES = 256 * 1024 * 1024
 
 _SYNTAX_PATTERNS = (
     "syntax error",
@@ -335,7 +339,19 @@ class SQLiteSession:
             if description is None:
                 return Execution(ok=True, rows=(), columns=(), runtime_s=time.perf_counter() - start)
             cap = ex.max_rows
-            rows = cur.fetchmany(cap + 1)
+            rows, size = [], 0
+            for row in itertools.islice(cur, cap + 1):
+                rows.append(row)
+                for value in row:
+                    if value.__class__ is str or value.__class__ is bytes:
+                        size += len(value)
+                if size > _MAX_RESULT_BYTES:  # checked per row: the next row may be another 256 MiB
+                    return failed(
+                        RESOURCE,
+                        f"the result passed {_MAX_RESULT_BYTES >> 20} MiB of text and blobs after "
+                        f"{len(rows)} row(s); it was stopped",
+                        time.perf_counter() - start,
+                    )
             truncated = len(rows) > cap
             if truncated:
                 del rows[cap:]
