@@ -60,48 +60,57 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
-    # a private parent for the runs' dirs: other programs on the machine may use the sandbox too
-    temp_root = tempfile.mkdtemp(prefix="hero-load-")
-    os.chmod(temp_root, 0o711)
-    sandbox = PythonSandbox(timeout_s=30.0, layer=layer, temp_dir=temp_root)
-    layer = sandbox.layer
-    since = now_ticks()
-    procs, fds = sandbox_processes(since), open_fds()
-
-    def one(i: int) -> tuple[bool, float, str]:
-        start = time.perf_counter()
-        if i % 10 == 9:
-            result = sandbox.run_unittest(*UNITTEST)
-            ok = result.ok and result.details.get("tests_run") == 1
-        else:
-            code, expected = PROGRAMS[i % len(PROGRAMS)]
-            result = sandbox.run(code)
-            ok = result.ok and (result.output or "").strip() == expected
-        return ok, time.perf_counter() - start, "" if ok else result.describe()
-
+def drive(one, runs: int, threads: int, ms_digits: int) -> dict:
+    """Call ``one(i) -> (ok, seconds, failure message)`` for i < runs on `threads` workers; report
+    throughput, latency and failures."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads) as pool:
         results = list(pool.map(one, range(runs)))
     wall = time.perf_counter() - start
     failures = [msg for ok, _, msg in results if not ok]
-    latencies = [t for _, t, _ in results]
-    result = {
-        "layer": layer,
+    latencies = sorted(t for _, t, _ in results)
+    return {
         "runs": runs,
         "threads": threads,
         "wall_s": round(wall, 2),
         "throughput_per_s": round(runs / wall, 1),
-        "median_ms": round(statistics.median(latencies) * 1000, 1),
-        "p95_ms": round(sorted(latencies)[int(0.95 * (len(latencies) - 1))] * 1000, 1),
+        "median_ms": round(statistics.median(latencies) * 1000, ms_digits),
+        "p95_ms": round(latencies[int(0.95 * (len(latencies) - 1))] * 1000, ms_digits),
         "failures": len(failures),
         "failure_examples": failures[:3],
-        "leaked_processes": len(wait_for_exit(procs, since)),
-        "leaked_temp_dirs": len([n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]),
-        "leaked_fds": max(0, open_fds() - fds),
     }
-    shutil.rmtree(temp_root, ignore_errors=True)
-    return result
+
+
+def run_sandbox(runs: int, threads: int, layer: str = "auto") -> dict:
+    # a private parent for the runs' dirs: other programs on the machine may use the sandbox too
+    temp_root = tempfile.mkdtemp(prefix="hero-load-")
+    try:
+        os.chmod(temp_root, 0o711)
+        sandbox = PythonSandbox(timeout_s=30.0, layer=layer, temp_dir=temp_root)
+        layer = sandbox.layer
+        since = now_ticks()
+        procs, fds = sandbox_processes(since), open_fds()
+
+        def one(i: int) -> tuple[bool, float, str]:
+            start = time.perf_counter()
+            if i % 10 == 9:
+                result = sandbox.run_unittest(*UNITTEST)
+                ok = result.ok and result.details.get("tests_run") == 1
+            else:
+                code, expected = PROGRAMS[i % len(PROGRAMS)]
+                result = sandbox.run(code)
+                ok = result.ok and (result.output or "").strip() == expected
+            return ok, time.perf_counter() - start, "" if ok else result.describe()
+
+        return {
+            "layer": layer,
+            **drive(one, runs, threads, ms_digits=1),
+            "leaked_processes": len(wait_for_exit(procs, since)),
+            "leaked_temp_dirs": len([n for n in os.listdir(temp_root) if n.startswith(TEMP_PREFIX)]),
+            "leaked_fds": max(0, open_fds() - fds),
+        }
+    finally:
+        shutil.rmtree(temp_root, ignore_errors=True)
 
 
 def build_database(path: Path) -> None:
@@ -133,20 +142,8 @@ def run_sql(runs: int, threads: int) -> dict:
             ok = result.ok and tuple(map(tuple, result.rows or ())) == expected[i % len(QUERIES)]
             return ok, time.perf_counter() - start, "" if ok else result.describe()
 
-        start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            results = list(pool.map(one, range(runs)))
-        wall = time.perf_counter() - start
-        failures = [msg for ok, _, msg in results if not ok]
-        latencies = [t for _, t, _ in results]
         return {
-            "runs": runs,
-            "threads": threads,
-            "wall_s": round(wall, 2),
-            "throughput_per_s": round(runs / wall, 1),
-            "median_ms": round(statistics.median(latencies) * 1000, 3),
-            "failures": len(failures),
-            "failure_examples": failures[:3],
+            **drive(one, runs, threads, ms_digits=3),
             "database_unchanged": hashlib.sha256(db.read_bytes()).hexdigest() == digest,
             "leaked_files": len(set(os.listdir(tmp)) - set(listing)),
             "leaked_fds": max(0, open_fds() - fds),
