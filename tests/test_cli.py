@@ -180,3 +180,12 @@ def test_hero_t_uses_the_tasks_environments(tmp_path):
     verified, refined = asked[: len(task.train)], asked[len(task.train):]
     assert verified == [ex.db_id for ex in task.train]  # the demos' gold programs ran there too
     assert refined == [ex.db_id for ex in run.test]
+
+
+def test_unloadable_program_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "program.json"
+    bad.write_text("not a saved program")
+    result = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--program", str(bad), "--lm", "simulated",
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "cannot load program" in said(result)

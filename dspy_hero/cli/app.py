@@ -252,10 +252,14 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     if program_path is not None and not program_path.exists():
         raise UserError(f"program file {str(program_path)!r} does not exist")
     claim_run_dir(out, task.name)
-    lm, _ = resolve_lms(lm_spec, None, task)
     program = task.make_program()
-    if program_path is not None:
-        program.load(str(program_path))
+    if program_path is not None:  # before the LM: a bad file must not wait for a model to start
+        try:
+            program.load(str(program_path))
+        except Exception as exc:  # noqa: BLE001 - not JSON, or a program of another shape: one clear line
+            raise UserError(f"cannot load program {str(program_path)!r} for task {task.name!r}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+    lm, _ = resolve_lms(lm_spec, None, task)
     run = StagedRun(task, lm, lm, RunConfig(out_dir=out, threads=threads, test_limit=limit,
                                             refine_only_failing=only_failing))
     name = ("refined" if refine else "program") if program_path else ("seed_refined" if refine else "seed")
