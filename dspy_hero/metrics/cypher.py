@@ -4,8 +4,9 @@ Examples carry ``graph`` (a graph name, or a file path) and ``gold_cypher``, plu
 ``graph_source`` (a Cypher script or JSON nodes/edges file) that the embedded engine loads on first
 use; the prediction field is ``cypher`` (fenced blocks unwrapped with `extract_code`).
 
-Semantics, as CypherBench's harness: identical query text scores 1 without running; otherwise both
-queries run (the prediction with a 120 s timeout by default), cells are normalized (nodes to property
+Semantics, as CypherBench's harness: a prediction identical to the gold text scores 1 without
+running (here once the gold has run: a gold that fails makes the example unscorable, where the
+official script would still give the identical text 1); otherwise both queries run (the prediction with a 120 s timeout by default), cells are normalized (nodes to property
 maps, lists sorted inside cells, dates to ISO strings) and compared with `result_eq` — both empty is
 equal, row and column counts must match, columns may be permuted, rows form a multiset, and row order
 counts only when the gold query says ORDER BY (anywhere, as the official substring test; see
