@@ -174,6 +174,16 @@ def test_unittest_pass_and_fail(sandbox):
     assert "3 test(s)" in bad.error_message
 
 
+def test_unittest_namespace_has_the_names_bigcodebench_provides(sandbox):
+    """BigCodeBench runs program and tests in a module that already holds sys, os and environ."""
+    tests = (
+        "import unittest\nclass TestCases(unittest.TestCase):\n"
+        "    def test_names(self):\n        self.assertIs(environ, os.environ)\n        self.assertTrue(sys.path)\n"
+    )
+    result = sandbox.run_unittest("x = 1\n", tests)
+    assert result.ok, result.details.get("raw_report")
+
+
 def test_unittest_without_testcases_runs_all_testcase_classes(sandbox):
     tests = (
         "import unittest\n"
