@@ -392,3 +392,15 @@ def test_only_failing_skips_clean_initial_programs_and_still_refines_failing_one
     )
     pred = run(failing, make(failing, only_failing=True), db_path)
     assert pred.sql == FIXED and pred.changed
+
+
+def test_demos_given_as_examples_are_verified_in_the_given_environments(db_path):
+    # e.g. the task's environments on its own engine: a demo that runs only there must be kept
+    asked = []
+
+    def environments(refs):
+        asked.append(refs)
+        return environment_for(refs)
+
+    refiner = make(RoleScript(), environment=environments, demos=_bank_examples(db_path))
+    assert len(refiner.demo_bank) == 10 and len(asked) == 11  # every example was verified there

@@ -72,7 +72,8 @@ class HeroRefine(dspy.Module):
         environment: an `Environment`, a callable ``inputs -> Environment``, or None to build one from
             the call's inputs with `environment_for` (db_path -> SQLite, graph -> Cypher, prompt -> Python);
             those built for a database or graph are cached on the module and reused across calls.
-        demos: a `DemoBank`, or training examples to build one from (`DemoBank.from_examples`), or None.
+        demos: a `DemoBank`, or training examples to build one from (`DemoBank.from_examples`; their gold
+            programs are verified in the environments a callable `environment` builds), or None.
         budget: B, the most refiner actions per call (paper default 3).
         max_demos: the most retrieved examples that reach the refiner and reviser (paper: 3).
         retrieve_k: how many BM25 candidates the selector chooses from.
@@ -116,7 +117,9 @@ class HeroRefine(dspy.Module):
         generator_io(generator)  # fail now, with a clear message, on a generator without predictors
         self.generator = generator
         self.environment = environment
-        self.demo_bank = _as_bank(demos)
+        # Demos given as examples are verified where the instances run (e.g. on the task's engine).
+        self.demo_bank = _as_bank(demos, environment if callable(environment) and not _is_environment(environment)
+                                  else None)
         self.budget = budget
         self.max_demos = max_demos
         self.retrieve_k = retrieve_k
@@ -169,7 +172,7 @@ class HeroRefine(dspy.Module):
 
     def _environment(self, refs: dict[str, Any]) -> Environment:
         spec = self.environment
-        if spec is not None and hasattr(spec, "execute") and hasattr(spec, "probe"):
+        if _is_environment(spec):
             return spec
         if callable(spec):
             return spec(refs)
@@ -422,9 +425,14 @@ def _truthy(value: Any) -> bool:
     return str(value).strip().lower() in {"true", "yes", "supported", "1"}
 
 
-def _as_bank(demos: DemoBank | Sequence[Any] | None) -> DemoBank | None:
+def _is_environment(spec: Any) -> bool:
+    return spec is not None and hasattr(spec, "execute") and hasattr(spec, "probe")
+
+
+def _as_bank(demos: DemoBank | Sequence[Any] | None,
+             environment: Callable[[Any], Environment] | None = None) -> DemoBank | None:
     if demos is None or isinstance(demos, DemoBank):
         return demos
     if isinstance(demos, (str, bytes, dict)):
         raise TypeError("demos must be a DemoBank or a list of training examples")
-    return DemoBank.from_examples(list(demos))
+    return DemoBank.from_examples(list(demos), environment=environment)
