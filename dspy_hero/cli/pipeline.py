@@ -134,15 +134,12 @@ class StagedRun:
         return optimized
 
     def refiner(self, generator: dspy.Module) -> dspy.Module:
-        from dspy_hero.refine.demos import DemoBank
         from dspy_hero.refine.module import HeroRefine
 
         # The task's environments, for refining and for verifying the demos: they share the metric's
         # engine (a Cypher server) and are reused per database or graph, where HeroRefine's own
         # defaults would start engines of their own.
-        environment = self.task.environment_for
-        demos = DemoBank.from_examples(self.task.train, environment=environment)
-        return HeroRefine(generator=generator, environment=environment, demos=demos,
+        return HeroRefine(generator=generator, environment=self.task.environment_for, demos=self.task.train,
                           budget=self.config.refine_budget, only_failing=self.config.refine_only_failing)
 
     # -- whole run ----------------------------------------------------------------------------------
