@@ -117,14 +117,9 @@ print(f"gold programs passing: {sum(s == 1 for s in gold_scores)}/{len(gold_scor
 SEED_EVAL = '''\
 from dspy_hero.tasks.evaluate import evaluate_program
 
-# HERO-T needs the environment references (database / graph / prompt) among the call's inputs;
-# the generator itself passes the LM only its signature's inputs.
-ENV_FIELDS = ("db_path", "graph", "graph_source", "code_prompt", "entry_point")
-
-def with_environment(examples):
-    return [ex.with_inputs(*ex.inputs().keys(), *[f for f in ENV_FIELDS if ex.get(f)]) for ex in examples]
-
-test = with_environment(task.test)
+# The examples mark their environment references (database / graph / prompt) as inputs too, so that
+# HERO-T reaches the environment; the generator itself passes the LM only its signature's inputs.
+test = task.test
 seed_program = task.make_program()
 seed_report = evaluate_program(seed_program, test, task.metric, name="seed", lm=task_lm, num_threads=2)
 print(f"seed pass@1: {seed_report.pass_at_1:.1%} on {len(test)} test examples ({seed_report.lm_calls} LM calls)")
@@ -174,12 +169,14 @@ print(f"HERO-O pass@1: {hero_o_report.pass_at_1:.1%}  (seed {seed_report.pass_at
 REFINE = '''\
 from dspy_hero.refine.module import HeroRefine
 
-refined = HeroRefine(generator=optimized, demos=task.train, budget=3{refine_args})
+# The task's environments (one per database or graph, on the metric's engine) serve refinement and
+# the verification of the demos.
+refined = HeroRefine(generator=optimized, environment=task.environment_for, demos=task.train, budget=3)
 hero_t_report = evaluate_program(refined, test, task.metric, name="hero_t", lm=task_lm, num_threads=2)
-print(f"HERO-O + HERO-T pass@1: {{hero_t_report.pass_at_1:.1%}}")
+print(f"HERO-O + HERO-T pass@1: {hero_t_report.pass_at_1:.1%}")
 print("refinement usage:", refined.usage.snapshot())
 errors = [o.error for o in hero_t_report.outcomes if o.error]
-print(f"examples that raised: {{len(errors)}}", errors[:1])'''
+print(f"examples that raised: {len(errors)}", errors[:1])'''
 
 TRACE = '''\
 # One refinement trace: prefer a test example whose HERO-O program failed to execute.
@@ -281,7 +278,6 @@ CYPHER = Spec(
     loader="builtin-cypher",
     setup='''\
 from dspy_hero.execution.cypher import FalkorDBExecutor
-from dspy_hero.execution.environments import EnvironmentCache
 from dspy_hero.tasks.builtin import builtin_cypher_task
 
 # One embedded engine for the metric and for HERO-T's environment; closed in the last cell.
@@ -357,7 +353,6 @@ SPECS = (SQL, CYPHER, PYTHON)
 
 def build(spec: Spec) -> nbformat.NotebookNode:
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    refine_args = ", environment=EnvironmentCache(engine=engine)" if spec.language == "cypher" else ""
     cells = [
         code(first_cell()),
         md(intro(spec)),
@@ -380,7 +375,7 @@ def build(spec: Spec) -> nbformat.NotebookNode:
         code(HERO_O_EVAL),
         md("## 5. HERO-T: test-time refinement\n\n`HeroRefine` wraps the optimized program; a revision "
            "replaces the program only when it runs cleanly and a judge finds it supported by the evidence."),
-        code(REFINE.format(refine_args=refine_args)),
+        code(REFINE),
         code(TRACE),
         md("## 6. Plots"),
         code(PLOTS),
