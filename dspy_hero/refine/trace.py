@@ -17,7 +17,6 @@ from dspy.utils.callback import BaseCallback
 # malformed refiner output and LM failures.
 DIAGNOSE, PROBE, RETRIEVE, REVISE, STOP = "diagnose", "probe", "retrieve", "revise", "stop"
 EXECUTE, INVALID, ERROR = "execute", "invalid", "error"
-ACTIONS = (DIAGNOSE, PROBE, RETRIEVE, REVISE, STOP)
 
 
 @dataclass(frozen=True)
