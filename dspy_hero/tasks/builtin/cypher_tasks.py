@@ -17,7 +17,7 @@ import dspy
 
 from dspy_hero.tasks.base import Task
 from dspy_hero.tasks.builtin.cypher_data import GRAPH_NAME, GRAPH_SCHEMA, ensure_graph
-from dspy_hero.tasks.splits import seeded_order
+from dspy_hero.tasks.splits import split_by_fraction
 
 INPUTS = ("question", "graph_schema")
 # Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
@@ -132,11 +132,7 @@ def builtin_cypher_task(
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     examples = cypher_examples(directory)
-    ordered = seeded_order(examples, split_seed, key=lambda ex: ex["example_id"])
-    n_test = max(1, round(test_fraction * len(examples)))
-    held = {ex["example_id"] for ex in ordered[len(ordered) - n_test :]}
-    train = [ex for ex in examples if ex["example_id"] not in held]
-    test = [ex for ex in examples if ex["example_id"] in held]
+    train, test = split_by_fraction(examples, 1.0 - test_fraction, seed=split_seed)
     note = (
         f"builtin-cypher: {len(examples)} questions over one generated movie graph ({GRAPH_NAME}); a seeded order "
         f"of question ids (seed {split_seed}) holds out {len(test)} for test, {len(train)} train (same graph on "

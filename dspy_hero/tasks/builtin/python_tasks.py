@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import dspy
 
 from dspy_hero.tasks.base import Task
-from dspy_hero.tasks.splits import seeded_order
+from dspy_hero.tasks.splits import split_by_fraction
 
 INPUTS = ("prompt",)
 # Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
@@ -842,11 +842,7 @@ def builtin_python_task(split_seed: int = 0, test_fraction: float = 1 / 3, **_: 
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     examples = python_examples()
-    ordered = seeded_order(examples, split_seed, key=lambda ex: ex["example_id"])
-    n_test = max(1, round(test_fraction * len(examples)))
-    held = {ex["example_id"] for ex in ordered[len(ordered) - n_test :]}
-    train = [ex for ex in examples if ex["example_id"] not in held]
-    test = [ex for ex in examples if ex["example_id"] in held]
+    train, test = split_by_fraction(examples, 1.0 - test_fraction, seed=split_seed)
     note = (
         f"builtin-python: {len(examples)} function tasks with unittest tests; a seeded order of task ids "
         f"(seed {split_seed}) holds out {len(test)} for test, {len(train)} train. Semantics: all tests pass "
