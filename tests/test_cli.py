@@ -189,3 +189,10 @@ def test_unloadable_program_file_is_a_clear_error(tmp_path):
                                  "--out", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert "cannot load program" in said(result)
+
+
+def test_data_path_without_the_benchmark_layout_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["evaluate", "--task", "bird", "--data", str(tmp_path), "--lm", "simulated",
+                                 "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "no usable dev questions" in said(result)

@@ -92,7 +92,7 @@ def load_task_or_fail(name: str, data: Optional[Path]):
     kwargs = {"data_dir": str(data)} if data is not None else {}
     try:
         return load_task(name, **kwargs)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no data, or data not in the benchmark's layout
         raise UserError(f"task {name!r}: {exc}") from exc
 
 
