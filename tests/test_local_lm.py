@@ -239,3 +239,29 @@ def test_real_local_model_end_to_end(monkeypatch):
     with LocalServer(server.model_path, config=ServerConfig(n_ctx=512, parallel=1)) as again:
         assert _os_threads() > after_first
     assert again.closed and _os_threads() == after_first
+
+
+def test_concurrent_verifications_do_not_share_a_temp_stamp(isolated):
+    import threading
+
+    pack, parts = _fake_pack(isolated, GGUF_BYTES)
+    dest = assemble(parts, isolated / "m.gguf", pack.n_bytes, pack.sha256)
+    errors = []
+    start = threading.Barrier(8)
+
+    def verify():
+        start.wait()
+        for _ in range(25):
+            mp._stamp_path(dest).unlink(missing_ok=True)  # no stamp: hash, then write one
+            try:
+                assert verify_file(dest, pack.n_bytes, pack.sha256)
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=verify) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert not list(isolated.glob("m.gguf.sha256.*tmp"))  # no temp file left behind

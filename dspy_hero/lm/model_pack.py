@@ -151,8 +151,10 @@ def _stamp_of(path: Path) -> dict:
 def write_stamp(path: Path, sha256: str) -> None:
     """Record that `path` hashed to `sha256` as it is now (size and mtime), atomically."""
     stamp = {"sha256": sha256, **_stamp_of(path)}
-    tmp = _stamp_path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(stamp))
+    # A temp name of its own: two processes verifying the same model at once must not share one.
+    fd, tmp = tempfile.mkstemp(prefix=_stamp_path(path).name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(stamp))
     os.replace(tmp, _stamp_path(path))
 
 
