@@ -196,3 +196,18 @@ def test_data_path_without_the_benchmark_layout_is_a_clear_error(tmp_path):
                                  "--out", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert "no usable dev questions" in said(result)
+
+
+def test_a_cached_hero_t_evaluation_is_not_reused_under_other_refinement_settings(tmp_path):
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+    from dspy_hero.lm.scripted import engine_of, scripted_lm
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-sql")
+    lm = scripted_lm(lambda req: {"sql": "SELECT 1", "action": "stop", "argument": ""})
+    only_failing = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2, refine_only_failing=True))
+    only_failing.evaluate("hero_t", only_failing.refiner(task.make_program()))
+    calls = engine_of(lm).call_count
+    every = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2, refine_only_failing=False))
+    every.evaluate("hero_t", every.refiner(task.make_program()))
+    assert engine_of(lm).call_count > calls  # --refine-all after a default run: evaluated again

@@ -88,12 +88,15 @@ class StagedRun:
         return report
 
     def fingerprint(self, program: dspy.Module) -> str:
-        """What a cached evaluation must match to be reused: the task, the evaluated examples and the
-        program's instructions (a re-run with another --task, --limit or --program starts afresh)."""
+        """What a cached evaluation must match to be reused: the task, the evaluated examples, the
+        program's instructions and HERO-T's settings (a re-run with another --task, --limit, --program
+        or --refine-all starts afresh)."""
         ids = [str(getattr(ex, "example_id", None) or ex.get("question") or ex.get("prompt") or i)
                for i, ex in enumerate(self.test)]
         prompts = {n: p.signature.instructions for n, p in program.named_predictors()}
-        text = json.dumps([self.task.name, type(program).__name__, ids, prompts], sort_keys=True, default=str)
+        settings = {k: getattr(program, k) for k in ("budget", "only_failing", "max_demos") if hasattr(program, k)}
+        text = json.dumps([self.task.name, type(program).__name__, ids, prompts, settings], sort_keys=True,
+                          default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def optimize(self) -> dspy.Module:
