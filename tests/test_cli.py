@@ -211,3 +211,11 @@ def test_a_cached_hero_t_evaluation_is_not_reused_under_other_refinement_setting
     every = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2, refine_only_failing=False))
     every.evaluate("hero_t", every.refiner(task.make_program()))
     assert engine_of(lm).call_count > calls  # --refine-all after a default run: evaluated again
+
+
+def test_default_run_directories_are_per_task(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for task in ("builtin-sql", "builtin-python"):
+        result = runner.invoke(app, ["evaluate", "--task", task, "--lm", "simulated", "--limit", "1"])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / "hero_runs" / task / "evaluate" / "eval_seed.json").exists()

@@ -96,6 +96,11 @@ def load_task_or_fail(name: str, data: Optional[Path]):
         raise UserError(f"task {name!r}: {exc}") from exc
 
 
+def default_out(task_name: str, command: str) -> Path:
+    """One run directory per task and command, so runs of different tasks never meet by default."""
+    return Path("hero_runs") / task_name.replace("/", "_") / command
+
+
 def claim_run_dir(out: Path, task_name: str) -> None:
     """A run directory holds one task's run: resuming another task's HERO-O log, program or evaluations
     there would mix two tasks' results, so a second task is refused (the first claims it)."""
@@ -204,12 +209,13 @@ def optimize(
     threads: int = typer.Option(1),
     seed: int = typer.Option(0),
     log_dir: Optional[Path] = typer.Option(None, help="Defaults to OUT/hero_o_log."),
-    out: Path = typer.Option(Path("hero_runs/optimize")),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: hero_runs/TASK/optimize; re-run to resume)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Run HeroOptimizer on a task's optimization split; save the program and HeroResult."""
     _setup_logging(verbose)
-    _run(_optimize, task, data, lm, reflection_lm, auto, max_metric_calls, rounds, candidates, threads, seed, log_dir, out)
+    _run(_optimize, task, data, lm, reflection_lm, auto, max_metric_calls, rounds, candidates, threads, seed, log_dir,
+         out or default_out(task, "optimize"))
 
 
 def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls, rounds, candidates, threads, seed, log_dir, out):
@@ -237,12 +243,12 @@ def evaluate(
     lm: str = typer.Option("local"),
     threads: int = typer.Option(1),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N held-out examples."),
-    out: Path = typer.Option(Path("hero_runs/evaluate")),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: hero_runs/TASK/evaluate; re-run to resume)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Evaluate a (saved) program on the task's held-out split."""
     _setup_logging(verbose)
-    _run(_evaluate, task, data, program, refine, lm, threads, limit, out)
+    _run(_evaluate, task, data, program, refine, lm, threads, limit, out or default_out(task, "evaluate"))
 
 
 def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, out, only_failing=False):
@@ -279,12 +285,12 @@ def refine_cmd(
     threads: int = typer.Option(1),
     limit: Optional[int] = typer.Option(None),
     only_failing: bool = typer.Option(False, help="Refine only programs whose execution fails or returns nothing."),
-    out: Path = typer.Option(Path("hero_runs/refine")),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: hero_runs/TASK/refine; re-run to resume)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
     """Evaluate HERO-T (HeroRefine around the program) on the held-out split."""
     _setup_logging(verbose)
-    _run(_evaluate, task, data, program, True, lm, threads, limit, out, only_failing)
+    _run(_evaluate, task, data, program, True, lm, threads, limit, out or default_out(task, "refine"), only_failing)
 
 
 @app.command()
