@@ -71,8 +71,10 @@ def build_task(
     split_note: str,
     extras: dict[str, Any] | None = None,
     environment_options: dict[str, Any] | None = None,
+    instructions: str | None = None,
 ) -> Task:
-    """Assemble a Task whose program uses the benchmark's seed prompt and only the LM-facing inputs.
+    """Assemble a Task whose program uses the seed instructions (default: the benchmark's seed prompt)
+    and only the LM-facing inputs.
 
     HERO-T's environments come from one `EnvironmentCache` per task (one environment per database or
     graph, not an engine per instance); `environment_options` go to each, e.g. the metric's ``engine``.
@@ -80,7 +82,7 @@ def build_task(
     from dspy_hero.execution.environments import EnvironmentCache
     from dspy_hero.tasks.programs import GenerateProgram
 
-    instructions = seed_prompt(name)
+    instructions = seed_prompt(name) if instructions is None else instructions
     inputs = tuple(program_inputs)
 
     def make_program() -> dspy.Module:
@@ -96,5 +98,5 @@ def build_task(
         group_key=group_key,
         environment_for=EnvironmentCache(**(environment_options or {})),
         split_note=split_note,
-        extras={"benchmark": name, "program_inputs": list(inputs), **(extras or {})},
+        extras={"program_inputs": list(inputs), **(extras or {})},
     )

@@ -40,30 +40,16 @@ def make_task(
     extras: dict[str, Any] | None = None,
     environment_options: dict[str, Any] | None = None,
 ) -> Task:
-    """A Task whose seed program is `GenerateProgram` with the default instructions for `language`.
+    """A Task whose seed program is `GenerateProgram` with the default instructions for `language`
+    (assembled like the benchmark tasks, see `dspy_hero.tasks.benchmarks.build_task`)."""
+    from dspy_hero.tasks.benchmarks import build_task
+    from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
 
-    HERO-T's environments come from one `EnvironmentCache` per task (one environment per database or
-    graph); `environment_options` go to each, e.g. ``engine`` so they run on the metric's engine.
-    """
-    from dspy_hero.execution.environments import EnvironmentCache
-    from dspy_hero.tasks.programs import GenerateProgram
-
-    program_inputs = tuple(inputs)
-
-    def make_program() -> dspy.Module:
-        return GenerateProgram(language, program_inputs)
-
-    return Task(
-        name=name,
-        language=language,
-        train=list(train),
-        test=list(test),
-        metric=metric,
-        make_program=make_program,
-        group_key=group_key,
-        environment_for=EnvironmentCache(**(environment_options or {})),
-        split_note=split_note,
-        extras={"builtin": True, "program_inputs": list(program_inputs), **(extras or {})},
+    return build_task(
+        name=name, language=language, train=train, test=test, metric_factory=lambda: metric,
+        program_inputs=inputs, group_key=group_key, split_note=split_note,
+        extras={"builtin": True, **(extras or {})}, environment_options=environment_options,
+        instructions=SEED_INSTRUCTIONS[language],
     )
 
 
