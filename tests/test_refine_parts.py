@@ -155,6 +155,12 @@ def test_field_routing_never_reads_labels():
         read_field(ex, "gold_sql")
     with pytest.raises(TypeError):
         generator_io(object())
+    # BigCodeBench's reference program is a label too: it never reaches the environment references.
+    py = GenerateProgram("python", ["prompt"])
+    bcb = dspy.Example(prompt="p", code_prompt="def f():", entry_point="f", canonical_solution="REFERENCE",
+                       test_code="TESTS").with_inputs("prompt", "code_prompt", "entry_point", "canonical_solution")
+    gen_inputs, env = gather_inputs(generator_io(py), bcb)
+    assert "REFERENCE" not in repr(env) + repr(gen_inputs) and "TESTS" not in repr(env) + repr(gen_inputs)
 
 
 def test_tasks_without_question_fields_are_searched_by_their_other_text_inputs():

@@ -20,7 +20,8 @@ Environment references (``db_path``, ``db_id``, ``graph``, ``graph_source``, ``e
 ``code_prompt``) may be marked as inputs too, so that `dspy.Evaluate` passes them to HERO-T, which
 needs them to reach the environment; `GenerateProgram` shows the LM only its signature's fields.
 
-Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``) must not
+Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``,
+``canonical_solution``) must not
 be marked as inputs: DSPy programs never see them, HERO-T never reads them.
 
 Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` reports 0-100.
@@ -36,7 +37,8 @@ from typing import Any
 import dspy
 
 PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
-LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script")
+# Labels: never LM inputs, never read by HERO-T. canonical_solution is BigCodeBench's reference program.
+LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution")
 
 
 @dataclass(frozen=True)
