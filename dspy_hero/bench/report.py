@@ -6,14 +6,13 @@ always agree with the JSON a reader can re-analyse.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dspy_hero.bench.methods import MethodResult
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
+from dspy_hero.files import write_json_atomic as write_json  # noqa: F401 - re-exported for compare.py
 
 
 def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) -> dict[str, dict[str, Any]]:
@@ -37,14 +36,6 @@ def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) ->
 
 def summary(results: dict[str, MethodResult], seed: int = 0) -> dict[str, Any]:
     return {"vs_seed": paired_vs(results, "seed", seed), "vs_gepa": paired_vs(results, "gepa", seed)}
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomic write, so an interrupted run never leaves a half-written results file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _pct(x: float | None) -> str:

@@ -5,12 +5,11 @@ Kept apart from the CLI so notebooks and the benchmark harness can write the sam
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dspy_hero.files import write_json_atomic
 
 
 @dataclass
@@ -26,17 +25,6 @@ class MethodRow:
     wall_s: float = 0.0
     fix_break: str | None = None  # "fixes:breaks" of adopted HERO-O prompts, e.g. "6:1"
     extras: dict[str, Any] = field(default_factory=dict)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a crash never leaves a half-written file (write a temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def markdown_table(rows: list[MethodRow], title: str = "") -> str:

@@ -23,6 +23,8 @@ from typing import Any
 
 FORMAT_VERSION = 1
 
+from dspy_hero.files import write_json_atomic
+
 
 class CheckpointError(RuntimeError):
     """The log_dir cannot be resumed: corrupted, from another version, or from a different run."""
@@ -31,15 +33,6 @@ class CheckpointError(RuntimeError):
 def fingerprint(payload: Any) -> str:
     blob = json.dumps(payload, sort_keys=True, default=str, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class Journal:

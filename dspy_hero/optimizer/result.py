@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dspy_hero.files import write_json_atomic
 from dspy_hero.optimizer.acceptance import Decision
 from dspy_hero.optimizer.archive import ArchiveEntry
 
@@ -92,10 +93,7 @@ class HeroResult:
         return asdict(self)
 
     def save_json(self, path: str | os.PathLike) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load_json(cls, path: str | os.PathLike) -> HeroResult:
