@@ -308,3 +308,29 @@ def test_mipro_plan_matches_miprov2_own_eval_count(budget):
                            num_trials=plan["num_trials"], minibatch=True, minibatch_size=plan["minibatch_size"])
     own = max(log.get("total_eval_calls_so_far", 0) for log in best.trial_logs.values())
     assert own == plan["expected_rollouts"] <= budget
+
+
+def test_react_baseline_treats_an_environment_failure_as_an_observation(spider_fixture):
+    """As HERO-T does: an execution that raises is evidence for the next revision, not a crashed example."""
+    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.tasks.react_baseline import ReActRefine
+    from dspy_hero.tasks.spider import load_spider
+
+    task = load_spider(data_dir=spider_fixture)
+    ex = task.test[0]
+
+    class Flaky(SQLiteEnvironment):
+        calls = 0
+
+        def execute(self, program):
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                raise ConnectionError("engine restarting")
+            return super().execute(program)
+
+    lm = scripted_lm(lambda req: {"sql": ex.gold_sql})
+    module = ReActRefine(task.make_program(), lambda e: Flaky(e.db_path), "sql", max_interactions=3)
+    with dspy.context(lm=lm):
+        pred = module(**ex.inputs())
+    assert "engine restarting" in pred.react_steps[0]["observation"]
+    assert pred.react_steps[-1]["ok"] and task.metric(ex, pred).score == 1.0

@@ -14,6 +14,7 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.execution.base import ENVIRONMENT, failed
 from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
 
 _REVISE_NOTE = (
@@ -65,8 +66,12 @@ class ReActRefine(dspy.Module):
         wanted = set(self.revise.signature.input_fields) - {"previous_program", "observation"}
         steps = []
         for _ in range(self.max_interactions):
-            execution = env.execute(program)
-            ok, why = env.check(program, execution) if execution.ok else (False, "")
+            # An environment failure is an observation, as in HERO-T, not a crash of the example.
+            try:
+                execution = env.execute(program)
+                ok, why = env.check(program, execution) if execution.ok else (False, "")
+            except Exception as exc:  # noqa: BLE001
+                execution, ok, why = failed(ENVIRONMENT, f"{type(exc).__name__}: {exc}"), False, ""
             observation = execution.describe() + ("" if ok or not why else f"\nCheck: {why}")
             steps.append({"program": program, "ok": bool(execution.ok and ok), "observation": observation})
             with self._lock:
