@@ -255,3 +255,27 @@ def has_order_by(query: str) -> bool:
         pass
     text = _COMMENTS.sub(" ", _STRINGS.sub("''", query))
     return bool(_ORDER_BY.search(_top_level(text)))
+
+
+def describe_difference(pred_rows, gold_rows, pred_columns: int, gold_columns: int, *, order_matters: bool,
+                        set_semantics: bool = False) -> str:
+    """Which observable property of two differing results differs (columns, rows, order, values),
+    without saying what the expected value is: the wording metric feedback may show a reflector.
+    `set_semantics` is BIRD's comparison (distinct rows, order ignored)."""
+    p_rows, g_rows = normalize_rows(pred_rows), normalize_rows(gold_rows)
+    p_cols = len(p_rows[0]) if p_rows else pred_columns
+    g_cols = len(g_rows[0]) if g_rows else gold_columns
+    if set_semantics:
+        p_set, g_set = set(p_rows), set(g_rows)
+        if p_cols != g_cols and p_set and g_set:
+            return "different number of columns"
+        if len(p_set) != len(g_set):
+            return "different number of distinct rows"
+        return "different values (or column order)"
+    if p_rows and g_rows and p_cols != g_cols:
+        return "different number of columns"
+    if len(p_rows) != len(g_rows):
+        return "different number of rows"
+    if order_matters and result_eq(p_rows, g_rows, order_matters=False):
+        return "same rows but in a different order, and the order matters"
+    return "different values"

@@ -46,7 +46,7 @@ from dspy_hero.metrics.base import (
     prediction_text,
     require_fields,
 )
-from dspy_hero.metrics.compare import normalize_rows, result_eq
+from dspy_hero.metrics.compare import describe_difference, result_eq
 
 __all__ = ["CypherJudge", "cypher_execution_metric", "cypher_verdict", "order_matters"]
 
@@ -173,25 +173,11 @@ def cypher_verdict(
         return Verdict(0.0, f"The query {pred.describe(max_rows=0)}; the result is too large to be the expected one.")
     if result_eq(pred.rows, gold.rows, order_matters):
         return Verdict(1.0, f"Correct: the query {pred.describe(max_rows=0)}, matching the expected result.")
-    feedback = (
-        f"The query ran but its result differs from the expected one ({_difference(pred, gold, order_matters)}). "
-        f"It {pred.describe(max_rows=3)}."
-    )
+    differs = describe_difference(pred.rows, gold.rows, pred.column_count, gold.column_count, order_matters=order_matters)
+    feedback = f"The query ran but its result differs from the expected one ({differs}). It {pred.describe(max_rows=3)}."
     if reveal_expected:
         feedback += f" Expected: {gold.describe(max_rows=5)}. Gold Cypher: {gold_cypher}"
     return Verdict(0.0, feedback)
-
-
-def _difference(pred: Execution, gold: Execution, order_matters: bool) -> str:
-    """Which observable property differs, without saying what the expected value is."""
-    p_rows, g_rows = normalize_rows(pred.rows), normalize_rows(gold.rows)
-    if p_rows and g_rows and len(p_rows[0]) != len(g_rows[0]):
-        return "different number of columns"
-    if len(p_rows) != len(g_rows):
-        return "different number of rows"
-    if order_matters and result_eq(p_rows, g_rows, order_matters=False):
-        return "same rows but in a different order, and the order matters"
-    return "different values"
 
 
 def cypher_execution_metric(

@@ -35,7 +35,7 @@ from dspy_hero.metrics.base import (
     prediction_text,
     require_fields,
 )
-from dspy_hero.metrics.compare import bird_equal, has_order_by, normalize_rows, result_eq
+from dspy_hero.metrics.compare import bird_equal, describe_difference, has_order_by, result_eq
 
 __all__ = ["SQLJudge", "sql_execution_metric", "sql_verdict"]
 
@@ -143,34 +143,12 @@ def sql_verdict(
         correct = result_eq(pred.rows, gold.rows, order_matters)
     if correct:
         return Verdict(1.0, f"Correct: the query {pred.describe(max_rows=0)}, matching the expected result.")
-    feedback = (
-        f"The query ran but its result differs from the expected one ({_difference(pred, gold, semantics, order_matters)}). "
-        f"It {pred.describe(max_rows=3)}."
-    )
+    differs = describe_difference(pred.rows, gold.rows, pred.column_count, gold.column_count,
+                                  order_matters=order_matters, set_semantics=semantics == "bird")
+    feedback = f"The query ran but its result differs from the expected one ({differs}). It {pred.describe(max_rows=3)}."
     if reveal_expected:
         feedback += f" Expected: {gold.describe(max_rows=5)}. Gold SQL: {gold_sql}"
     return Verdict(0.0, feedback)
-
-
-def _difference(pred: Execution, gold: Execution, semantics: str, order_matters: bool) -> str:
-    """Which observable property differs, without saying what the expected value is."""
-    p_rows, g_rows = normalize_rows(pred.rows), normalize_rows(gold.rows)
-    p_cols = len(p_rows[0]) if p_rows else pred.column_count
-    g_cols = len(g_rows[0]) if g_rows else gold.column_count
-    if semantics == "bird":
-        p_set, g_set = set(p_rows), set(g_rows)
-        if p_cols != g_cols and p_set and g_set:
-            return "different number of columns"
-        if len(p_set) != len(g_set):
-            return "different number of distinct rows"
-        return "different values (or column order)"
-    if p_rows and g_rows and p_cols != g_cols:
-        return "different number of columns"
-    if len(p_rows) != len(g_rows):
-        return "different number of rows"
-    if order_matters and result_eq(p_rows, g_rows, order_matters=False):
-        return "same rows but in a different order, and the order matters"
-    return "different values"
 
 
 def sql_execution_metric(
