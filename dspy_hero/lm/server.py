@@ -43,6 +43,7 @@ class ServerConfig:
     poll: int = 50  # ggml worker busy-wait level 0-100 (0: sleep between work items)
     verbosity: int = 0  # llama.cpp log level; 0 keeps stderr quiet except errors
     startup_timeout_s: float = 120.0
+    cache_prompt: bool = True  # reuse each slot's KV cache for a shared prompt prefix
 
 
 def default_threads() -> int:
@@ -97,7 +98,7 @@ class LocalServer:
         params.n_ctx = int(self.config.n_ctx)
         params.n_parallel = max(1, int(self.config.parallel))
         params.kv_unified = True  # slots share one KV buffer, so any one request may use all of n_ctx
-        params.cache_prompt = True
+        params.cache_prompt = bool(self.config.cache_prompt)
         params.n_cache_reuse = int(self.config.cache_reuse)
         params.cache_ram_mib = int(self.config.cache_ram_mib)
         params.endpoint_metrics = True
