@@ -6,25 +6,15 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import os
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import dspy
 import pytest
 
 from dspy_hero.metrics.python import python_tests_metric
-
-
-def _bench() -> Path:
-    env = os.environ.get("HERO_SHARED")
-    if env:
-        root = Path(env)
-        return root / "benchmarks" if (root / "benchmarks").is_dir() else root
-    return Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-
+from dspy_hero.tasks.hub import shared_benchmarks_dir as _bench
 
 DATA = sorted((_bench() / "bigcodebench").glob("*.jsonl.gz"))
 pytestmark = pytest.mark.skipif(not DATA, reason="shared BigCodeBench data absent")

@@ -15,9 +15,7 @@ The 11 CypherBench graphs are not available, so we test what can be tested hones
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import dspy
 import pytest
@@ -25,15 +23,7 @@ import pytest
 from dspy_hero.execution.cypher import FalkorDBExecutor
 from dspy_hero.execution.cypher_graphs import _scan
 from dspy_hero.metrics.cypher import cypher_execution_metric
-
-
-def benchmarks_dir() -> Path:
-    env = os.environ.get("HERO_SHARED")
-    if env:
-        root = Path(env)
-        return root / "benchmarks" if (root / "benchmarks").is_dir() else root
-    return Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-
+from dspy_hero.tasks.hub import shared_benchmarks_dir as benchmarks_dir
 
 SUBSET = benchmarks_dir() / "cypherbench" / "cypherbench_test_subset_192.json"
 pytestmark = pytest.mark.skipif(not SUBSET.is_file(), reason=f"{SUBSET} is absent")

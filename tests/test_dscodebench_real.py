@@ -7,25 +7,15 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import random
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import dspy
 import pytest
 
 from dspy_hero.execution.python import PythonSandbox
 from dspy_hero.metrics.python import ds_outputs_metric
-
-
-def _bench() -> Path:
-    env = os.environ.get("HERO_SHARED")
-    if env:
-        root = Path(env)
-        return root / "benchmarks" if (root / "benchmarks").is_dir() else root
-    return Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-
+from dspy_hero.tasks.hub import shared_benchmarks_dir as _bench
 
 DATA = _bench() / "dscodebench" / "ds_bench_part_a.jsonl"
 pytestmark = pytest.mark.skipif(not DATA.exists(), reason="shared DSCodeBench data absent")

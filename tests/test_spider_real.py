@@ -8,7 +8,6 @@ dev and mini-dev gold query executes on the schema-only databases.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import dspy
@@ -17,15 +16,7 @@ import pytest
 from dspy_hero.execution.sqlite import SQLiteExecutor
 from dspy_hero.execution.sqlite_probes import SQLiteEnvironment, schema_text
 from dspy_hero.metrics.sql import sql_execution_metric
-
-
-def benchmarks_dir() -> Path:
-    env = os.environ.get("HERO_SHARED")
-    if env:
-        root = Path(env)
-        return root / "benchmarks" if (root / "benchmarks").is_dir() else root
-    return Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-
+from dspy_hero.tasks.hub import shared_benchmarks_dir as benchmarks_dir
 
 BENCH = benchmarks_dir()
 SPIDER = BENCH / "spider"

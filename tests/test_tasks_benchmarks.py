@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -14,10 +13,10 @@ import pytest
 
 from dspy_hero.metrics.base import LABEL_FIELDS
 from dspy_hero.tasks import bigcodebench, bird, cypherbench, dscodebench, spider
-from dspy_hero.tasks.hub import DataUnavailable, find_data_dir, hub_reachable
+from dspy_hero.tasks.hub import DataUnavailable, find_data_dir, hub_reachable, shared_benchmarks_dir
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 
-SHARED = Path(os.environ.get("HERO_SHARED") or Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks")
+SHARED = shared_benchmarks_dir()
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/benchmarks absent")
 
 

@@ -20,10 +20,12 @@ class DataUnavailable(FileNotFoundError):
 
 
 def shared_benchmarks_dir() -> Path:
-    """``$HERO_SHARED`` or ``../shared/benchmarks`` relative to the repository root."""
+    """``$HERO_SHARED`` (the shared folder or its ``benchmarks/``) or ``../shared/benchmarks`` next to
+    the repository root. Tests and loaders both locate the data here."""
     env = os.environ.get("HERO_SHARED")
     if env:
-        return Path(env)
+        root = Path(env)
+        return root / "benchmarks" if (root / "benchmarks").is_dir() else root
     return Path(__file__).resolve().parents[3] / "shared" / "benchmarks"
 
 
