@@ -30,6 +30,8 @@ Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` repo
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -196,3 +198,35 @@ def feedback_of(result: Any) -> str | None:
     if isinstance(result, dict):
         return result.get("feedback")
     return getattr(result, "feedback", None)
+
+
+class LRUCache:
+    """A small thread-safe least-recently-used map: each metric object keeps its gold executions here
+    (per object, not global), so a gold program runs once however many predictions it judges."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+            return hit
+
+    def put(self, key: Any, value: Any) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)

@@ -30,7 +30,6 @@ import os
 import re
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from dspy_hero.execution.cypher_graphs import code_skeleton
 from dspy_hero.execution.cypher_probes import default_engine, ensure_loaded, resolve_graph
 from dspy_hero.metrics.base import (
     ExecutionMetric,
+    LRUCache,
     Verdict,
     extract_code,
     get_field,
@@ -87,8 +87,7 @@ class CypherJudge:
         self.max_rows = int(max_rows)
         self.reveal_expected = bool(reveal_expected)
         self._lock = threading.Lock()
-        self._cache: OrderedDict[tuple, _Gold] = OrderedDict()
-        self._cache_size = int(cache_size)
+        self._cache = LRUCache(cache_size)
         self._owned_close: weakref.finalize | None = None
         if engine is None and os.environ.get("HERO_NEO4J_URI"):
             engine = default_engine(self.timeout_s, self.max_rows)  # connects now: a bad URI fails here
@@ -120,17 +119,12 @@ class CypherJudge:
 
     def gold(self, executor: Any, graph: str, gold_cypher: str) -> _Gold:
         key = (id(executor), graph, gold_cypher)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         entry = _Gold(executor.run(gold_cypher, graph), order_matters(gold_cypher))
         if entry.execution.error_type != ENVIRONMENT:  # the engine may come back: do not cache outages
-            with self._lock:
-                self._cache[key] = entry
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+            self._cache.put(key, entry)
         return entry
 
     def __call__(self, example: Any, pred: Any) -> Verdict:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +27,7 @@ from dspy_hero.execution.base import EMPTY_PROGRAM, Execution
 from dspy_hero.execution.sqlite import SQLiteExecutor
 from dspy_hero.metrics.base import (
     ExecutionMetric,
+    LRUCache,
     Verdict,
     extract_code,
     get_field,
@@ -73,27 +72,19 @@ class SQLJudge:
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
         self.reveal_expected = bool(reveal_expected)
-        self._cache: OrderedDict[tuple[str, str], _Gold] = OrderedDict()
-        self._cache_size = int(cache_size)
-        self._lock = threading.Lock()
+        self._cache = LRUCache(cache_size)
 
     def clear(self) -> None:
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
     def gold(self, db_path: str, gold_sql: str) -> _Gold:
         key = (os.path.abspath(db_path), gold_sql)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         execution = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(gold_sql)
         entry = _Gold(execution, self.semantics == "spider" and has_order_by(gold_sql))
-        with self._lock:
-            self._cache[key] = entry
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, entry)
         return entry
 
     def __call__(self, example: Any, pred: Any) -> Verdict:
