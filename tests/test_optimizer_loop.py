@@ -364,3 +364,11 @@ def test_lm_set_on_the_predictor_is_used_and_shared_not_copied(caplog):
     assert out.generate.lm is tl and student.generate.lm is tl
     assert engine_of(tl).call_count == out.detailed_results.total_metric_calls > 0
     assert "Failed to deep copy" not in caplog.text
+
+
+def test_small_budget_runs_fewer_better_funded_rounds_and_says_so():
+    _, res, _, _ = run(make_examples(60), [[COUNT_RULE]] * 5, max_metric_calls=80, num_rounds=5)
+    assert len(res.rounds) == 2 and max(r.metric_calls for r in res.rounds) >= 24
+    assert any("funds 2 of num_rounds=5" in w for w in res.warnings)
+    _, res, _, _ = run(make_examples(60), [[COUNT_RULE]] * 5, max_metric_calls=80, num_rounds=5, min_calls_per_round=0)
+    assert len(res.rounds) == 5 and not any("funds" in w for w in res.warnings)

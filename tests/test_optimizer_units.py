@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dspy_hero.optimizer.acceptance import AdaptivePairedAcceptance, paired_bounds
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
-from dspy_hero.optimizer.budget import Budget, gepa_auto_budget, plan_round, resolve_budget
+from dspy_hero.optimizer.budget import Budget, gepa_auto_budget, plan_round, resolve_budget, rounds_for_budget
 from dspy_hero.optimizer.evidence import Case, DefaultEvidenceRenderer
 from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.instructions import (
@@ -101,6 +101,15 @@ def test_budget_take_never_exceeds(total, asks):
         granted += g
         assert b.spent == granted <= total
     assert plan_round(b.remaining, 3, 0) * 3 <= b.remaining
+
+
+def test_small_budgets_fund_fewer_rounds():
+    # 80 calls, 16 kept for selection: 64 fund two rounds of >= 24 calls, not five of 12.
+    assert rounds_for_budget(5, 80, 16, 24) == 2
+    assert rounds_for_budget(5, 600, 120, 24) == 5
+    assert rounds_for_budget(5, 10, 2, 24) == 1  # never zero rounds when T > 0
+    assert rounds_for_budget(5, 80, 16, 0) == 5  # 0 keeps the paper's T
+    assert rounds_for_budget(0, 600, 0, 24) == 0
 
 
 # ---- pools --------------------------------------------------------------------------------------

@@ -95,3 +95,16 @@ def plan_round(remaining: int, rounds_left: int, selection_reserve: int) -> int:
     if rounds_left <= 0:
         return 0
     return max(0, remaining - selection_reserve) // rounds_left
+
+
+def rounds_for_budget(num_rounds: int, total: int, selection_reserve: int, min_calls_per_round: int) -> int:
+    """How many of the ``num_rounds`` rounds the budget can pay for properly.
+
+    A round that cannot afford a diagnosis batch *and* a paired acceptance test decides on a handful
+    of examples (a rule adopted at 1 fix : 0 breaks is noise), so at small budgets fewer, better-funded
+    rounds beat the paper's T=5. ``min_calls_per_round=0`` keeps T regardless of the budget.
+    """
+    if min_calls_per_round <= 0 or num_rounds <= 0:
+        return max(0, num_rounds)
+    affordable = max(0, total - selection_reserve) // min_calls_per_round
+    return max(1, min(num_rounds, affordable))

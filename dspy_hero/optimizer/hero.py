@@ -21,7 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from dspy_hero.lm.scripted import approx_tokens
 from dspy_hero.optimizer.acceptance import AdaptivePairedAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
-from dspy_hero.optimizer.budget import Budget, plan_round, resolve_budget
+from dspy_hero.optimizer.budget import Budget, plan_round, resolve_budget, rounds_for_budget
 from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer, build_cases
 from dspy_hero.optimizer.guard import MemorizationGuard
@@ -69,7 +69,9 @@ class HeroOptimizer(Teleprompter):
       (passing cases are evidence here), code_proposer, use_merge, max_merge_invocations, use_wandb,
       wandb_api_key, wandb_init_kwargs, track_best_outputs, warn_on_score_mismatch, gepa_kwargs.
 
-    HERO's own settings (paper defaults): ``num_rounds`` T=5, ``num_candidates`` K=4, up to 32 failing and
+    HERO's own settings (paper defaults): ``num_rounds`` T=5 (at most: ``min_calls_per_round``, default 24 =
+    a diagnosis batch of 8 plus 8 paired acceptance examples, lowers T when the budget cannot fund T such
+    rounds; 0 keeps T), ``num_candidates`` K=4, up to 32 failing and
     32 passing cases (``failure_only`` is the ablation switch), ``evidence_token_budget`` (approximate
     tokens of rendered evidence, default 3000 for small local models), ``acceptance_margin``,
     ``acceptance_initial`` / ``acceptance_max`` / ``acceptance_alpha``, ``pool_fractions`` (diagnosis,
@@ -110,6 +112,7 @@ class HeroOptimizer(Teleprompter):
         gepa_kwargs: dict | None = None,
         # HERO-O's own settings
         num_rounds: int = 5,
+        min_calls_per_round: int = 24,
         num_candidates: int = 4,
         num_failing_cases: int = 32,
         num_passing_cases: int = 32,
@@ -139,8 +142,8 @@ class HeroOptimizer(Teleprompter):
             raise ValueError("failure_score must be in [0, 1] and perfect_score in (0, 1]: scores are in [0, 1]")
         if component_selector != "round_robin":
             raise ValueError(f"component_selector={component_selector!r}: HERO-O supports 'round_robin' only")
-        if num_rounds < 0 or num_candidates < 1:
-            raise ValueError("num_rounds must be >= 0 and num_candidates >= 1")
+        if num_rounds < 0 or num_candidates < 1 or min_calls_per_round < 0:
+            raise ValueError("num_rounds and min_calls_per_round must be >= 0 and num_candidates >= 1")
         if not 0.0 <= selection_budget_fraction < 1.0:
             raise ValueError("selection_budget_fraction must be in [0, 1)")
         self.metric = metric
@@ -155,6 +158,7 @@ class HeroOptimizer(Teleprompter):
         self.failure_score, self.perfect_score = failure_score, perfect_score
         self.log_dir, self.track_stats, self.use_mlflow, self.seed = log_dir, track_stats, use_mlflow, seed
         self.num_rounds, self.num_candidates = num_rounds, num_candidates
+        self.min_calls_per_round = min_calls_per_round
         self.num_failing_cases, self.num_passing_cases, self.failure_only = num_failing_cases, num_passing_cases, failure_only
         self.evidence_token_budget = evidence_token_budget
         self.acceptance_margin, self.acceptance_initial = acceptance_margin, acceptance_initial
@@ -309,11 +313,17 @@ class _Run:
         logger.info("HERO-O: budget %d metric calls; pools diagnosis=%d update=%d selection=%d%s", self.total,
                     len(self.pools.diagnosis), len(self.pools.update), len(self.pools.selection),
                     " (reuses update)" if self.pools.selection_reuses_update else "")
+        num_rounds = rounds_for_budget(opt.num_rounds, self.budget.remaining, self.reserve, opt.min_calls_per_round)
+        if num_rounds < opt.num_rounds:
+            self.result.warnings.append(
+                f"budget of {self.total} metric calls funds {num_rounds} of num_rounds={opt.num_rounds} rounds at "
+                f"min_calls_per_round={opt.min_calls_per_round} (set min_calls_per_round=0 to keep all)")
+            logger.info("HERO-O: %s", self.result.warnings[-1])
         mlflow_run = _mlflow_start() if opt.use_mlflow else None
         try:
-            for t in range(1, opt.num_rounds + 1):
+            for t in range(1, num_rounds + 1):
                 predictor = self.predictors[(t - 1) % len(self.predictors)]
-                allowance = plan_round(self.budget.remaining, opt.num_rounds - t + 1, self.reserve)
+                allowance = plan_round(self.budget.remaining, num_rounds - t + 1, self.reserve)
                 rec = RoundRecord(t, predictor)
                 spent0 = self.budget.spent
                 self._round(rec, allowance)
