@@ -60,6 +60,7 @@ class CompareConfig:
     simulate: bool = False
     deterministic: bool = True  # embedded model: one slot, no prefix reuse, so re-runs repeat themselves
     stdlib_only: bool = False
+    refine_only_failing: bool = False  # HERO-T: leave programs that execute cleanly alone (CPU time)
     ves_repetitions: int = 5
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     aggregate: Sequence[str] | None = None
@@ -173,6 +174,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             "task_lm": task_name, "reflection_lm": refl_name, "seed": config.seed, "split_seed": config.split_seed,
             "budget": budget,
             "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
+            "refine_only_failing": config.refine_only_failing,
             "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
             "test_ids": [e.example_id for e in test], "command": config.command,
             "machine": f"{platform.node()} {platform.platform()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
@@ -187,7 +189,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
 
         ctx = RunContext(task=task, train=train, val=val, test=test, task_lm=task_lm, reflection_lm=refl_lm,
                          budget=budget, threads=config.threads, seed=config.seed, out_dir=out,
-                         ves_repetitions=config.ves_repetitions)
+                         ves_repetitions=config.ves_repetitions, refine_only_failing=config.refine_only_failing)
         results: dict[str, MethodResult] = {}
         order = ordered_methods(config.methods)
         for method in order:
@@ -244,6 +246,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
                         "vary between runs at temperature 0)")
     p.add_argument("--simulate", action="store_true", help="scripted task and reflection LMs over real execution (seconds)")
     p.add_argument("--stdlib-only", action="store_true", help="BigCodeBench: only tasks whose libraries are all stdlib")
+    p.add_argument("--refine-only-failing", action="store_true",
+                   help="HERO-T: refine only programs whose execution shows a problem (paper: every program; "
+                        "saves CPU time with local models; recorded in meta.json)")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
     p.add_argument("--aggregate", nargs="+", default=None, metavar="RUN_DIR",
                    help="instead of running: combine finished runs (e.g. one per seed) into <out>/aggregate.{json,md}")
@@ -254,6 +259,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
         seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only, deterministic=a.deterministic,
+        refine_only_failing=a.refine_only_failing,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
     ), a.verbose

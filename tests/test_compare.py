@@ -139,6 +139,8 @@ def test_cli_parses_options(tmp_path):
                                        "--methods", "seed,gepa", "--out", str(tmp_path), "--lm", "openai/x"])
     assert cfg.max_metric_calls == 90 and cfg.auto is None and cfg.methods == ["seed", "gepa"]
     assert cfg.stdlib_only and cfg.lm == "openai/x" and not verbose and "--stdlib-only" in cfg.command
+    assert not cfg.refine_only_failing
+    assert compare.parse_args(["--refine-only-failing"])[0].refine_only_failing
     assert compare.ordered_methods(["hero_o_t"]) == ["hero_o", "hero_o_t"]
     ex = dspy.Example(question="q", db_schema="s", db_path="/x.sqlite", gold_sql="SELECT 1").with_inputs("question", "db_schema")
     (marked,) = compare.with_env_refs([ex])

@@ -52,6 +52,7 @@ class RunContext:
     seed: int = 0
     out_dir: Path = Path("compare_out")
     ves_repetitions: int = 5
+    refine_only_failing: bool = False  # HERO-T skips programs that execute cleanly (paper: refine all)
     programs: dict[str, dspy.Module] = field(default_factory=dict)
     instructions: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -316,8 +317,10 @@ def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
 
         demos = DemoBank.from_examples(demos, metric=ctx.task.metric)
     refiner = HeroRefine(**accepted_kwargs(HeroRefine, generator=generator, environment=ctx.task.environment_for,
-                                           demos=demos, budget=3, refiner_lm=ctx.task_lm))
+                                           demos=demos, budget=3, refiner_lm=ctx.task_lm,
+                                           only_failing=ctx.refine_only_failing))
     result.instructions = instructions_of(generator)
+    result.extras["only_failing"] = ctx.refine_only_failing
     evaluate(ctx, refiner, result)
     usage = getattr(refiner, "usage", None)
     if usage is not None and hasattr(usage, "snapshot"):
