@@ -103,6 +103,9 @@ def test_simulate_writes_json_markdown_and_plots_for_every_method(sim_run):
         assert hero["rollouts_optimization"] <= 61
         assert hero["fix_break"] and all("fixes" in r for r in hero["fix_break"])
         assert "vs_seed" in saved["summary"] and "hero_o" in saved["summary"]["vs_gepa"]
+    if "hero_o_t" in done:  # every refined outcome says what HERO-T did and why it stopped
+        assert all(o["refinement"]["stop_reason"] for o in saved["methods"]["hero_o_t"]["outcomes"])
+        assert not any("refinement" in o for o in saved["methods"]["seed"]["outcomes"])
 
 
 def test_simulated_world_rewards_rules():

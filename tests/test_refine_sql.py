@@ -105,6 +105,10 @@ def test_revision_that_fails_to_execute_is_rejected_without_the_judge(db_path):
     assert not verdict.accepted and verdict.stage == "checks" and not verdict.judge_called
     assert "no such column" in verdict.reason.lower()
     assert pred.sql == FIXED and not pred.changed
+    summary = pred.refinement.summary()
+    assert [s["action"] for s in summary["steps"]][:2] == ["execute", "revise"]
+    assert summary["steps"][1]["verdict"]["accepted"] is False and summary["steps"][1]["verdict"]["stage"] == "checks"
+    assert summary["stop_reason"] == pred.refinement.stop_reason and summary["changed"] is False
 
 
 @pytest.mark.parametrize("budget", [0, 2, 5])

@@ -126,7 +126,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     result.rollouts_evaluation = metric.calls
     result.outcomes = [
         {"example_id": ctx.test[o.index].example_id, "score": o.score, "program": o.program, "error": o.error,
-         "feedback": (o.feedback or "")[:300]}
+         "feedback": (o.feedback or "")[:300], **({"refinement": o.refinement} if o.refinement else {})}
         for o in report.outcomes
     ]
     scores = result.scores()

@@ -113,6 +113,21 @@ class RefinementTrace:
         data["changed"] = self.changed
         return data
 
+    def summary(self, max_chars: int = 160) -> dict[str, Any]:
+        """A compact record for benchmark results: each action with its gate verdict, and why it stopped."""
+
+        def cut(text: str) -> str:
+            text = " ".join(str(text).split())
+            return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+        steps = []
+        for s in self.steps:
+            row: dict[str, Any] = {"action": s.action, "argument": cut(s.argument)}
+            if s.verdict is not None:
+                row["verdict"] = {"accepted": s.verdict.accepted, "stage": s.verdict.stage, "reason": cut(s.verdict.reason)}
+            steps.append(row)
+        return {"steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls}
+
 
 class CallCounter(BaseCallback):
     """Counts LM calls made inside one `HeroRefine` call, by role (generator/refiner/reviser/...).

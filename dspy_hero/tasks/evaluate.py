@@ -26,6 +26,7 @@ class ExampleOutcome:
     feedback: str = ""
     program: str = ""
     error: str | None = None
+    refinement: dict[str, Any] | None = None  # HeroRefine's compact trace, when the program refines
 
 
 @dataclass
@@ -102,7 +103,9 @@ def evaluate_program(
                 pred = program(**example.inputs())
             result = metric(example, pred)
             text = str(getattr(pred, field_name, "") or "") if field_name else ""
-            return ExampleOutcome(index, score_of(result), feedback_of(result) or "", text)
+            trace = getattr(pred, "refinement", None)
+            summary = trace.summary() if hasattr(trace, "summary") else None
+            return ExampleOutcome(index, score_of(result), feedback_of(result) or "", text, refinement=summary)
         except Exception as exc:  # noqa: BLE001 - recorded, scored as a failure
             return ExampleOutcome(index, 0.0, "", "", f"{type(exc).__name__}: {exc}")
         finally:
