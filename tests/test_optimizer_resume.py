@@ -133,9 +133,16 @@ def test_damaged_or_foreign_checkpoints_give_clear_errors(tmp_path):
     state.write_text(good)
     tl, rl = counting_lms()
     with dspy.context(lm=tl):
-        with pytest.raises(CheckpointError, match="different data or settings"):
+        with pytest.raises(CheckpointError, match="different data, settings, models or metric"):
             HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=400, num_rounds=3, log_dir=str(tmp_path),
                           display_progress=False).compile(program(), make_examples(47))
+    def other_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        return feedback_metric(gold, pred, trace, pred_name, pred_trace)
+
+    with dspy.context(lm=tl):  # same data and settings, another metric: its journaled scores do not apply
+        with pytest.raises(CheckpointError, match="models or metric"):
+            HeroOptimizer(other_metric, reflection_lm=rl, max_metric_calls=400, num_rounds=3, log_dir=str(tmp_path),
+                          display_progress=False).compile(program(), make_examples(48))
     journal = tmp_path / "journal.jsonl"
     lines = journal.read_text().splitlines()
     lines[2] = "{not json"

@@ -72,7 +72,7 @@ class Journal:
             )
         if state.get("fingerprint") != self.fingerprint:
             raise CheckpointError(
-                f"log_dir {self.dir} holds a run with different data or settings; use a fresh log_dir "
+                f"log_dir {self.dir} holds a run with different data, settings, models or metric; use a fresh log_dir "
                 "to start a new run (resume needs the same student, trainset, valset and settings)"
             )
         return state

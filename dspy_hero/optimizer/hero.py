@@ -41,6 +41,16 @@ _NO_HERO_MEANING = (
 )
 
 
+def _model_name(lm: Any) -> str:
+    return str(getattr(lm, "model", None) or type(lm).__name__)
+
+
+def _callable_name(fn: Any) -> str:
+    target = getattr(fn, "func", fn)  # functools.partial
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    return f"{getattr(target, '__module__', '') or type(target).__module__}.{name}"
+
+
 class HeroOptimizer(Teleprompter):
     """A drop-in sibling of `dspy.GEPA` that only adopts instruction changes that fix more than they break.
 
@@ -556,6 +566,11 @@ class _Run:
             "instructions": {n: p.signature.instructions for n, p in self.student.named_predictors()},
             "budget": self.total,
             "settings": settings,
+            # Callables cannot be compared by value; their names catch the common mistake of resuming
+            # with another model or metric (which would mix journaled results of two setups).
+            "task_lms": sorted({_model_name(p.lm or dspy.settings.lm) for _, p in self.student.named_predictors()}),
+            "reflection_lm": _model_name(self.reflection_lm),
+            "metric": _callable_name(self.opt.metric) if self.opt.metric is not None else "inferred",
         })
 
     def _log_round(self, rec: RoundRecord) -> None:
