@@ -21,3 +21,11 @@ def test_examples_run_under_the_callers_dspy_context():
     assert [o.error for o in report.outcomes] == [None] * len(EXAMPLES)
     assert report.pass_at_1 == 1.0
 
+
+
+def test_lm_usage_is_exact_beyond_the_history_cap():
+    lm = scripted_lm(lambda req: {"answer": "x"})
+    lm("warm-up")  # calls made before the evaluation are not its own
+    with dspy.context(max_history_size=2):  # DSPy drops older history entries past the cap
+        report = evaluate_program(dspy.Predict("question -> answer"), EXAMPLES, exact, lm=lm, num_threads=2)
+    assert len(lm.history) == 2 and report.lm_calls == len(EXAMPLES)

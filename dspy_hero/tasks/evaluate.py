@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import dspy
 
+from dspy_hero.lm.usage import track_usage, usage_of
 from dspy_hero.metrics.base import feedback_of, score_of
 
 
@@ -66,15 +67,10 @@ class EvalReport:
 
 
 def lm_usage(lm: Any) -> tuple[int, int, int]:
-    """(calls, input tokens, output tokens) recorded so far in a dspy.LM's history."""
-    history = getattr(lm, "history", None) or []
-    calls = len(history)
-    tokens_in = tokens_out = 0
-    for entry in history:
-        usage = entry.get("usage") or {}
-        tokens_in += int(usage.get("prompt_tokens") or 0)
-        tokens_out += int(usage.get("completion_tokens") or 0)
-    return calls, tokens_in, tokens_out
+    """(calls, input tokens, output tokens) the LM has made so far; exact from the first call to this
+    function on (it starts the LM's running totals, see `dspy_hero.lm.usage`)."""
+    u = usage_of(track_usage(lm))
+    return u.calls, u.input_tokens, u.output_tokens
 
 
 def evaluate_program(
@@ -91,7 +87,8 @@ def evaluate_program(
     """Run `program` on each example (in threads) and judge it with `metric`.
 
     An exception in the program or LM scores 0 and is recorded, like DSPy's failure_score: one bad
-    generation must not stop an evaluation. LM usage is measured as the history delta of `lm`.
+    generation must not stop an evaluation. LM usage is the delta of `lm`'s running totals (exact for
+    any length, unlike its capped history).
     """
     before = lm_usage(lm) if lm is not None else (0, 0, 0)
     field_name = program_field or getattr(metric, "prediction_field", None)
