@@ -36,6 +36,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
 from dspy_hero.execution.environments import EnvironmentCache
+from dspy_hero.lm.adapter import program_adapter
 from dspy_hero.metrics.base import extract_code
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
 from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
@@ -366,7 +367,7 @@ class _Episode:
         self.counter.role = "reviser"
         evidence = self._evidence()
         try:
-            with m._lm_context():
+            with m._lm_context(), program_adapter("revised_program"):
                 out = m.reviser(task=self.task, program=self.current or "(empty)", evidence=evidence,
                                 examples=self._examples(), request=request or "(none)")
         except AdapterParseError as exc:

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import dspy
 
+from dspy_hero.lm.adapter import program_adapter
 from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
 
 SEED_INSTRUCTIONS = {
@@ -44,6 +45,7 @@ class GenerateProgram(dspy.Module):
         # Examples may also carry environment references (db_path, graph, ...) as inputs so that
         # HERO-T can reach the environment; the LM sees only the signature's own input fields.
         wanted = self.generate.signature.input_fields
-        pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
+        with program_adapter():  # a program answered without field markers still counts (lm/adapter.py)
+            pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
         raw = getattr(pred, self.output_field, "") or ""
         return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)

@@ -15,6 +15,7 @@ from typing import Any
 import dspy
 
 from dspy_hero.execution.base import ENVIRONMENT, failed
+from dspy_hero.lm.adapter import program_adapter
 from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
 
 _REVISE_NOTE = (
@@ -78,8 +79,9 @@ class ReActRefine(dspy.Module):
                 self.interactions += 1
             if execution.ok and ok:
                 break
-            revised = self.revise(previous_program=program, observation=observation,
-                                  **{k: v for k, v in inputs.items() if k in wanted})
+            with program_adapter():
+                revised = self.revise(previous_program=program, observation=observation,
+                                      **{k: v for k, v in inputs.items() if k in wanted})
             program = extract_code(getattr(revised, self.field, "") or "", self.language) or program
         with self._lock:
             self.calls += 1

@@ -1,0 +1,73 @@
+"""ProgramAdapter: a program answered without DSPy's field markers is still parsed (scripted LMs,
+real Python sandbox for the end-to-end check)."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from dspy.utils.exceptions import AdapterParseError
+
+from dspy_hero.lm.adapter import ProgramAdapter, program_adapter
+from dspy_hero.lm.scripted import scripted_lm
+
+BARE = "Here is the function:\n```python\ndef task_func(x):\n    return x + 1\n```\nIt adds one."
+
+
+def test_marked_responses_parse_exactly_like_chat_adapter():
+    sig = dspy.Signature("prompt -> code")
+    marked = "[[ ## code ## ]]\nprint(1)\n\n[[ ## completed ## ]]"
+    assert ProgramAdapter().parse(sig, marked) == dspy.ChatAdapter().parse(sig, marked)
+
+
+def test_single_output_takes_the_unmarked_response():
+    sig = dspy.Signature("prompt -> code")
+    with pytest.raises(AdapterParseError):
+        dspy.ChatAdapter().parse(sig, BARE)
+    assert ProgramAdapter().parse(sig, BARE) == {"code": BARE}
+    with pytest.raises(AdapterParseError):  # nothing to take
+        ProgramAdapter().parse(sig, "  \n[[ ## completed ## ]]\n")
+
+
+def test_program_field_among_several_outputs_needs_a_fenced_block():
+    sig = dspy.Signature("task -> reason, revised_program")
+    fields = ProgramAdapter("revised_program").parse(sig, BARE)
+    assert fields == {"revised_program": "def task_func(x):\n    return x + 1",
+                      "reason": "Here is the function:\n\nIt adds one."}
+    with pytest.raises(AdapterParseError):
+        ProgramAdapter("revised_program").parse(sig, "def task_func(x): return x")  # no fence: no guess
+    with pytest.raises(AdapterParseError):
+        ProgramAdapter().parse(sig, BARE)  # which field is the program is not known
+    with pytest.raises(AdapterParseError):  # a typed (non-string) output is never filled from prose
+        ProgramAdapter("code").parse(dspy.Signature("prompt -> code, ok: bool"), BARE)
+
+
+def test_a_configured_adapter_wins():
+    with dspy.context(adapter=dspy.JSONAdapter()):
+        with program_adapter():
+            assert isinstance(dspy.settings.adapter, dspy.JSONAdapter)
+    with program_adapter("code"):
+        assert isinstance(dspy.settings.adapter, ProgramAdapter)
+    assert dspy.settings.adapter is None
+
+
+def test_bare_python_answer_is_scored_on_its_tests_not_lost_to_format():
+    from dspy_hero.tasks.builtin.python_reference import reference_solution
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-python")
+    example = task.test[0]
+    solution = reference_solution(example.entry_point)
+    calls = []
+
+    def bare(req):  # a small model's typical answer: prose and a fenced block, no field markers
+        calls.append(1)
+        return f"Sure! Here is the code:\n```python\n{solution}\n```\nThis solves the task."
+
+    with dspy.context(lm=scripted_lm(bare)):
+        pred = task.make_program()(**example.inputs())
+    assert len(calls) == 1  # parsed on the first response: no JSON-adapter retry
+    result = task.metric(example, pred)
+    assert result.score == 1.0, result.feedback
+    with dspy.context(lm=scripted_lm(bare), adapter=dspy.ChatAdapter()):  # what plain ChatAdapter did
+        with pytest.raises(AdapterParseError):
+            task.make_program()(**example.inputs())
