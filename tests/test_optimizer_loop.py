@@ -372,3 +372,15 @@ def test_small_budget_runs_fewer_better_funded_rounds_and_says_so():
     assert any("funds 2 of num_rounds=5" in w for w in res.warnings)
     _, res, _, _ = run(make_examples(60), [[COUNT_RULE]] * 5, max_metric_calls=80, num_rounds=5, min_calls_per_round=0)
     assert len(res.rounds) == 5 and not any("funds" in w for w in res.warnings)
+
+
+def test_rounds_with_an_unchanged_prompt_show_new_cases_and_do_not_retest_rejected_rules():
+    train = make_examples(80, kinds=("count", "plain", "plain", "sum"))
+    # LIMIT_RULE breaks more than it fixes: rejected in round 1, re-proposed in round 2.
+    _, res, _, _ = run(train, [[LIMIT_RULE], [LIMIT_RULE]], num_rounds=2, evidence_token_budget=120,
+                       max_metric_calls=400)
+    r1, r2 = res.rounds
+    shown = [{c["example_id"] for c in r.diagnosis_cases if c["case_id"] in r.shown_case_ids} for r in (r1, r2)]
+    assert shown[0] and shown[1] and not shown[0] & shown[1]  # the prompt did not change; the evidence did
+    (c1,), (c2,) = r1.candidates, r2.candidates
+    assert c1.status == "rejected" and c2.status.startswith("duplicate: already rejected") and c2.decision is None

@@ -320,6 +320,9 @@ class _Run:
         diag = list(self.pools.diagnosis)
         random.Random(self.rng_seed).shuffle(diag)
         self.diag_order = diag
+        self.diag_cursor = 0
+        self.shown_examples: set[str] = set()
+        self.rejected: set[tuple[str, str]] = set()  # (current prompt key, candidate text) already rejected
         logger.info("HERO-O: budget %d metric calls; pools diagnosis=%d update=%d selection=%d%s", self.total,
                     len(self.pools.diagnosis), len(self.pools.update), len(self.pools.selection),
                     " (reuses update)" if self.pools.selection_reuses_update else "")
@@ -360,12 +363,17 @@ class _Run:
 
         cur_instr = self._render(self.current)
         cur_key = instructions_key(cur_instr)
+        # Each round starts where the last one stopped in the diagnosis pool, and cases never shown to
+        # the reflector come first: otherwise an unchanged prompt re-renders the same few cases under
+        # the token budget and a deterministic reflector repeats the previous round word for word.
         size = min(len(self.diag_order), opt.num_failing_cases + opt.num_passing_cases)
-        start = ((rec.round - 1) * size) % len(self.diag_order)
+        start = self.diag_cursor
         batch = (self.diag_order[start:] + self.diag_order[:start])[:size]
         got = self.rollouts.evaluate(cur_key, cur_instr, self._items(batch), desc=f"round {rec.round} diagnosis",
                                      limit=max(0, allowance // 2))
         results = [got[i] for i in batch if i in got]
+        self.diag_cursor = (start + len(results)) % len(self.diag_order)
+        results.sort(key=lambda r: r.example_id in self.shown_examples)
         cases = build_cases(results, self.examples, name, pass_threshold=opt.perfect_score,
                             num_failing=opt.num_failing_cases, num_passing=opt.num_passing_cases,
                             failure_only=opt.failure_only)
@@ -376,13 +384,14 @@ class _Run:
             return
         evidence, shown = opt.evidence_renderer.render(cases)
         rec.shown_case_ids = list(shown)
+        self.shown_examples.update(c.example_id for c in cases if c.case_id in set(shown))
         state = self.current[name]
         ctx = ReflectionContext(name, state.seed, state.rules, state.render(), evidence, list(shown),
                                 opt.num_candidates, cases)
         proposal = self._reflect(rec.round, ctx)
         rec.gradient, rec.reflection_error = proposal.gradient, proposal.error
         shown_cases = [c for c in cases if c.case_id in set(shown)]
-        kept = self._assemble(rec, state, proposal, shown_cases)
+        kept = self._assemble(rec, state, proposal, shown_cases, cur_key)
         if not kept:
             rec.notes.append("no usable candidate this round")
             return
@@ -399,6 +408,8 @@ class _Run:
                 cand.candidate_id, order, self._pair_scores(cur_key, cur_instr, cand_key, cand_instr, left, cand.candidate_id)
             )
             cand.status = "accepted" if cand.decision.accepted else "rejected"
+            if not cand.decision.accepted:
+                self.rejected.add((cur_key, cand.instructions))
             self.result.overall_fixes += cand.decision.fixes
             self.result.overall_breaks += cand.decision.breaks
             if cand.decision.accepted:
@@ -413,9 +424,10 @@ class _Run:
             instr = self._render(self.current)
             self.archive.append(ArchiveEntry(best.candidate_id, rec.round, instr, self._tokens(instr), best.decision.estimate))
 
-    def _assemble(self, rec: RoundRecord, state: PromptState, proposal: Proposal, cases: list) -> list:
+    def _assemble(self, rec: RoundRecord, state: PromptState, proposal: Proposal, cases: list, cur_key: str) -> list:
         """Candidates from the proposal: apply each edit to the current rules, drop unusable, duplicate
-        and memorizing ones, keep at most K."""
+        and memorizing ones and those already rejected against this same prompt (re-testing them would
+        spend budget to repeat a decision), keep at most K."""
         opt = self.opt
         kept: list[tuple[CandidateRecord, PromptState]] = []
         seen = {state.render()}
@@ -444,6 +456,9 @@ class _Run:
             rec.candidates.append(cand)
             if cand.instructions in seen:
                 cand.status = "duplicate"
+                continue
+            if (cur_key, cand.instructions) in self.rejected:
+                cand.status = "duplicate: already rejected against the current prompt"
                 continue
             verdict = opt.guard.check(added, state.seed, cases)
             cand.guard_allowed, cand.guard_reason = verdict.allowed, verdict.reason
