@@ -102,6 +102,8 @@ def test_simulate_writes_json_markdown_and_plots_for_every_method(sim_run):
         # the counted calls may add HERO-O's one preflight metric check (an empty prediction, no rollout)
         assert hero["rollouts_optimization"] <= 61
         assert hero["fix_break"] and all("fixes" in r for r in hero["fix_break"])
+        detailed = json.loads((out / "logs" / "hero_o" / "detailed_results.json").read_text())
+        assert len(detailed["rounds"]) == len(hero["extras"]["rounds_adopted"]) and detailed["budget"] == 60
         assert "vs_seed" in saved["summary"] and "hero_o" in saved["summary"]["vs_gepa"]
     if "hero_o_t" in done:  # every refined outcome says what HERO-T did and why it stopped
         assert all(o["refinement"]["stop_reason"] for o in saved["methods"]["hero_o_t"]["outcomes"])

@@ -20,6 +20,7 @@ import dspy
 
 from dspy_hero.bench.accounting import CountingMetric, UsageMeter
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks
+from dspy_hero.files import write_json_atomic
 from dspy_hero.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -230,6 +231,8 @@ def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
                                                  "tokens_per_optimization_call", "final_prompt_tokens",
                                                  "total_metric_calls", "final_entry_id", "pools")}
         result.extras["rounds_adopted"] = [r.get("adopted_candidate_id") for r in d.get("rounds", [])]
+        # every round's evidence, candidates, guard and acceptance decisions: why HERO-O did what it did
+        write_json_atomic(log_dir / "detailed_results.json", d)
     ctx.programs["hero_o"] = optimized
     return evaluate(ctx, optimized, result)
 
