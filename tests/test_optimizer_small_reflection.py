@@ -203,3 +203,16 @@ def test_fallback_also_runs_when_the_only_edit_is_blocked_by_the_guard():
     statuses = {c.edit.split(": ", 1)[-1][:20]: c.status for c in rnd.candidates}
     assert any(s == "blocked" for s in statuses.values()), statuses
     assert "COUNT(*)" in out.generate.signature.instructions and "per-case reflection" in rnd.gradient
+
+
+def test_per_case_reflection_is_told_which_rules_were_already_rejected():
+    from dataclasses import replace
+
+    rl = scripted_lm(lambda req: {"rule": "Always qualify column names with their table name."})
+    ctx = replace(ctx_for([case("F1", False, "SyntaxError")], 1), rejected=("ADD: Always add LIMIT 1.",))
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx)
+    (call,) = engine_of(rl).calls
+    assert "Rules already tried and rejected" in call.inputs["task_instructions"]
+    assert "ADD: Always add LIMIT 1." in call.inputs["task_instructions"]
+    assert [e.rule for e in proposal.edits] == ["Always qualify column names with their table name."]

@@ -6,6 +6,11 @@ textual gradient and K rule edits, drop edits that memorize answers, test each s
 against the current program on paired update-pool examples, and adopt the best accepted one. The
 final prompt is chosen among the seed and every adopted prompt on the selection pool. Every
 decision is a small replaceable object (pools, evidence, proposer, guard, acceptance, selector).
+
+Where the paper is silent, for small budgets and small reflection models (choices measured on the
+local 1.5B model): rounds are funded well enough to decide (``min_calls_per_round``); successive
+rounds diagnose the next part of the pool and show cases the reflector has not seen first; edits
+already rejected against the current prompt are listed to the reflector and never re-tested.
 """
 
 from __future__ import annotations
@@ -80,8 +85,8 @@ class HeroOptimizer(Teleprompter):
       wandb_api_key, wandb_init_kwargs, track_best_outputs, warn_on_score_mismatch, gepa_kwargs.
 
     HERO's own settings (paper defaults): ``num_rounds`` T=5 (at most: ``min_calls_per_round``, default 24 =
-    a diagnosis batch of 8 plus 8 paired acceptance examples, lowers T when the budget cannot fund T such
-    rounds; 0 keeps T), ``num_candidates`` K=4, up to 32 failing and
+    a diagnosis batch of 8 plus 8 paired acceptance examples, plans fewer rounds when the budget cannot fund
+    T such rounds, and calls a round leaves unused fund extra rounds up to T; 0 keeps the fixed T), ``num_candidates`` K=4, up to 32 failing and
     32 passing cases (``failure_only`` is the ablation switch), ``evidence_token_budget`` (approximate
     tokens of rendered evidence, default 3000 for small local models), ``acceptance_margin``,
     ``acceptance_initial`` / ``acceptance_max`` / ``acceptance_alpha``, ``pool_fractions`` (diagnosis,
@@ -214,6 +219,12 @@ class HeroOptimizer(Teleprompter):
         return run.execute()
 
 
+def min_round_calls(opt: HeroOptimizer) -> int:
+    """The fewest calls worth an extra round beyond the planned ones: one acceptance test's initial
+    sample of candidate rollouts (the current prompt's are usually cached by then)."""
+    return max(1, opt.acceptance_initial)
+
+
 def default_proposer(guard: Any = None) -> FallbackProposer:
     """Evidence-wide rule edits first; per-failing-case rules when none of those is usable or passes
     the guard (small reflection models), see reflection_cases.py."""
@@ -323,20 +334,29 @@ class _Run:
         self.diag_cursor = 0
         self.shown_examples: set[str] = set()
         self.rejected: set[tuple[str, str]] = set()  # (current prompt key, candidate text) already rejected
+        self.rejected_edits: dict[str, list[str]] = {}  # current prompt key -> rejected edits, shown to reflection
         logger.info("HERO-O: budget %d metric calls; pools diagnosis=%d update=%d selection=%d%s", self.total,
                     len(self.pools.diagnosis), len(self.pools.update), len(self.pools.selection),
                     " (reuses update)" if self.pools.selection_reuses_update else "")
-        num_rounds = rounds_for_budget(opt.num_rounds, self.budget.remaining, self.reserve, opt.min_calls_per_round)
-        if num_rounds < opt.num_rounds:
+        planned = rounds_for_budget(opt.num_rounds, self.budget.remaining, self.reserve, opt.min_calls_per_round)
+        if planned < opt.num_rounds:
             self.result.warnings.append(
-                f"budget of {self.total} metric calls funds {num_rounds} of num_rounds={opt.num_rounds} rounds at "
-                f"min_calls_per_round={opt.min_calls_per_round} (set min_calls_per_round=0 to keep all)")
+                f"budget of {self.total} metric calls funds {planned} of num_rounds={opt.num_rounds} rounds at "
+                f"min_calls_per_round={opt.min_calls_per_round} (calls a round leaves unused fund later rounds; "
+                f"set min_calls_per_round=0 to keep all)")
             logger.info("HERO-O: %s", self.result.warnings[-1])
         mlflow_run = _mlflow_start() if opt.use_mlflow else None
         try:
-            for t in range(1, num_rounds + 1):
+            for t in range(1, opt.num_rounds + 1):
+                # Re-planned every round: small pools and cached rollouts often leave a round's calls
+                # unused, and those fund further rounds instead of being returned unspent.
+                rounds_left = rounds_for_budget(opt.num_rounds - t + 1, self.budget.remaining, self.reserve,
+                                                opt.min_calls_per_round)
+                if t > planned and (self.budget.remaining - self.reserve < min_round_calls(opt)
+                                    or self.result.rounds[-1].metric_calls == 0):
+                    break  # too little left for an acceptance test, or nothing changed since the last round
                 predictor = self.predictors[(t - 1) % len(self.predictors)]
-                allowance = plan_round(self.budget.remaining, num_rounds - t + 1, self.reserve)
+                allowance = plan_round(self.budget.remaining, rounds_left, self.reserve)
                 rec = RoundRecord(t, predictor)
                 spent0 = self.budget.spent
                 self._round(rec, allowance)
@@ -387,7 +407,7 @@ class _Run:
         self.shown_examples.update(c.example_id for c in cases if c.case_id in set(shown))
         state = self.current[name]
         ctx = ReflectionContext(name, state.seed, state.rules, state.render(), evidence, list(shown),
-                                opt.num_candidates, cases)
+                                opt.num_candidates, cases, tuple(self.rejected_edits.get(cur_key, ())))
         proposal = self._reflect(rec.round, ctx)
         rec.gradient, rec.reflection_error = proposal.gradient, proposal.error
         shown_cases = [c for c in cases if c.case_id in set(shown)]
@@ -410,6 +430,8 @@ class _Run:
             cand.status = "accepted" if cand.decision.accepted else "rejected"
             if not cand.decision.accepted:
                 self.rejected.add((cur_key, cand.instructions))
+                if cand.kind == "edit":
+                    self.rejected_edits.setdefault(cur_key, []).append(cand.edit)
             self.result.overall_fixes += cand.decision.fixes
             self.result.overall_breaks += cand.decision.breaks
             if cand.decision.accepted:

@@ -67,6 +67,16 @@ class ReflectionContext:
     shown_case_ids: list[str]
     num_candidates: int
     cases: list[Any] = field(default_factory=list)
+    rejected: tuple[str, ...] = ()  # edits already tested against this prompt and rejected
+
+    def rules_and_rejected(self) -> str:
+        """The numbered rules, plus the edits already rejected (so a later round, often shown similar
+        evidence, proposes something new instead of repeating them)."""
+        text = numbered(self.rules)
+        if self.rejected:
+            text += ("\n\nAlready tested and rejected (they did not fix more than they broke); "
+                     "propose different rules:\n" + "\n".join(f"- {r}" for r in self.rejected))
+        return text
 
     @property
     def failing_ids(self) -> set[str]:
@@ -137,7 +147,7 @@ class RuleProposer:
                          current_rules=rules, evidence=ctx.evidence)
             preserve, revise = diag.get("preserve", ""), diag.get("revise", "")
             gradient = f"Preserve:\n{preserve.strip()}\n\nRevise:\n{revise.strip()}"
-            out = _call(self.edit, ("edits",), "edits", task_instructions=ctx.seed, current_rules=rules,
+            out = _call(self.edit, ("edits",), "edits", task_instructions=ctx.seed, current_rules=ctx.rules_and_rejected(),
                         preserve=preserve or "(none)", revise=revise or "(none)", num_edits=ctx.num_candidates)
         except Exception as exc:  # LM down, timeouts, rate limits: the round records it, nothing is adopted
             return Proposal(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")

@@ -144,7 +144,9 @@ class CaseRuleProposer:
         errors: list[str] = []
         for case in self.choose_cases(ctx):
             try:
-                out = _call(self.write_rule, ("rule",), "rule", task_instructions=ctx.seed,
+                instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
+                                            + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
+                out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
                             failing_case=_render_case(case, self.max_case_chars))
             except Exception as exc:  # one failed call costs one candidate, not the round
                 errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
