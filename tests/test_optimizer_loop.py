@@ -387,8 +387,9 @@ def test_rounds_with_an_unchanged_prompt_show_new_cases_and_do_not_retest_reject
     r1, r2 = res.rounds
     shown = [{c["example_id"] for c in r.diagnosis_cases if c["case_id"] in r.shown_case_ids} for r in (r1, r2)]
     assert shown[0] and shown[1] and not shown[0] & shown[1]  # the prompt did not change; the evidence did
-    (c1,), (c2,) = r1.candidates, r2.candidates
-    assert c1.status == "rejected" and c2.status.startswith("duplicate: already rejected") and c2.decision is None
+    (c1,), c2 = r1.candidates, r2.candidates[0]  # round 2 also asks the per-case proposer (the repeat is unusable)
+    assert c1.status == "rejected" and c2.edit == c1.edit
+    assert c2.status.startswith("duplicate: already rejected") and c2.decision is None
     edit_calls = [c for c in engine_of(rl).calls if "current_rules" in c.inputs and "evidence" not in c.inputs]
     assert "rejected" not in edit_calls[0].inputs["current_rules"]  # round 2 is told what round 1 rejected
     assert "Already tested and rejected" in edit_calls[1].inputs["current_rules"] and LIMIT_RULE in edit_calls[1].inputs["current_rules"]

@@ -216,3 +216,16 @@ def test_per_case_reflection_is_told_which_rules_were_already_rejected():
     assert "Rules already tried and rejected" in call.inputs["task_instructions"]
     assert "ADD: Always add LIMIT 1." in call.inputs["task_instructions"]
     assert [e.rule for e in proposal.edits] == ["Always qualify column names with their table name."]
+
+
+def test_fallback_runs_when_the_primary_repeats_an_already_rejected_edit():
+    from dataclasses import replace
+
+    cases = [case("F1", False, "SyntaxError"), case("P1", True, "ok")]
+    repeated = ProposedEdit("add", "Always match column names to the schema.", None, ["F1"], "l")
+    fallback = Fallback()
+    ctx = replace(ctx_for(cases, 2), rejected=("ADD: Always match column names to the schema.",))
+    out = FallbackProposer(Fixed(repeated), fallback).propose(ctx)
+    assert fallback.calls == 1 and [e.rule for e in out.edits][-1] == "Always count rows with COUNT(*)."
+    fresh = FallbackProposer(Fixed(repeated), fallback).propose(ctx_for(cases, 2))  # not rejected: no fallback
+    assert fallback.calls == 1 and fresh.gradient == "primary"

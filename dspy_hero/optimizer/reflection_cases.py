@@ -165,7 +165,8 @@ class CaseRuleProposer:
 class FallbackProposer:
     """`primary` first; `fallback` only when none of the primary's edits is usable.
 
-    Usable means parsed without a problem, applicable to the current rules (not a rule already
+    Usable means parsed without a problem, not an edit already rejected against this prompt,
+    applicable to the current rules (not a rule already
     present, not a REPLACE/DELETE of a rule number that does not exist: small models often re-propose
     a rule adopted in an earlier round) and, when a `guard` is given, allowed by it against the cases
     the reflector was shown (as the optimizer checks it): a small model's evidence-wide answer is
@@ -182,6 +183,8 @@ class FallbackProposer:
 
     def usable(self, edit: ProposedEdit, ctx: ReflectionContext) -> bool:
         if edit.problem is not None:
+            return False
+        if edit.to_edit().describe() in ctx.rejected:  # small models repeat a rejected rule despite being told
             return False
         if isinstance(apply_edit(tuple(ctx.rules), edit.to_edit(), max_rules=10**9, max_rule_chars=10**9), str):
             return False
