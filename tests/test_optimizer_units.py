@@ -103,6 +103,16 @@ def test_budget_take_never_exceeds(total, asks):
     assert plan_round(b.remaining, 3, 0) * 3 <= b.remaining
 
 
+def test_diagnosis_leaves_room_for_an_acceptance_test_when_rounds_are_tight():
+    from dspy_hero.optimizer.hero import diagnosis_limit
+
+    assert diagnosis_limit(100, 8) == 50  # ample: half the round
+    assert diagnosis_limit(32, 8) == 16  # half still leaves 8 pairs
+    assert diagnosis_limit(23, 8) == 7  # tight: 16 calls kept for the acceptance test
+    assert diagnosis_limit(12, 8) == 4  # very tight: at least a third
+    assert diagnosis_limit(0, 8) == 0
+
+
 def test_small_budgets_fund_fewer_rounds():
     # 80 calls, 16 kept for selection: 64 fund two rounds of >= 24 calls, not five of 12.
     assert rounds_for_budget(5, 80, 16, 24) == 2

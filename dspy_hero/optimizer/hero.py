@@ -219,6 +219,14 @@ class HeroOptimizer(Teleprompter):
         return run.execute()
 
 
+def diagnosis_limit(allowance: int, acceptance_initial: int) -> int:
+    """Paid diagnosis rollouts in a round: half the round, but when the round is tight, no more than
+    what leaves one acceptance test's initial sample (both prompts) -- though never under a third.
+    A candidate decided on 6 ties teaches nothing; 7 diagnosis cases still show a few failures."""
+    half, third = allowance // 2, allowance // 3
+    return max(0, min(half, max(third, allowance - 2 * acceptance_initial)))
+
+
 def min_round_calls(opt: HeroOptimizer) -> int:
     """The fewest calls worth an extra round beyond the planned ones: one acceptance test's initial
     sample of candidate rollouts (the current prompt's are usually cached by then)."""
@@ -390,7 +398,7 @@ class _Run:
         start = self.diag_cursor
         batch = (self.diag_order[start:] + self.diag_order[:start])[:size]
         got = self.rollouts.evaluate(cur_key, cur_instr, self._items(batch), desc=f"round {rec.round} diagnosis",
-                                     limit=max(0, allowance // 2))
+                                     limit=diagnosis_limit(allowance, opt.acceptance_initial))
         results = [got[i] for i in batch if i in got]
         self.diag_cursor = (start + len(results)) % len(self.diag_order)
         results.sort(key=lambda r: r.example_id in self.shown_examples)
