@@ -13,10 +13,19 @@ accepted whose execution is *clean* (ran without error, untruncated, passed the 
 returned at least one row when the language returns rows): nothing is left for further actions to
 check, (3) B actions are used, or (4) an LM or environment failure makes further steps pointless.
 Rule (2) is why a larger B costs little: most episodes end before the cap. Three more rules keep
-a weak refiner from wasting the budget: a probe identical to an earlier one is not run again (it
-still costs its action); a diagnosis identical to an earlier one is taken as the request to revise;
-and when one action is left and the current program still fails to execute, that action is a
-revision (``revise_on_error``). A second ``retrieve`` costs an action but no LM call.
+a weak refiner from wasting the budget: a probe or diagnosis identical to an earlier one is taken as
+the request to revise (its evidence is already on show; the 1.5B refiner otherwise probed the same
+schema three times in a row); and when one action is left and the current program still fails to
+execute, that action is a revision (``revise_on_error``). A second ``retrieve`` costs an action but
+no LM call.
+
+The gate, where the paper is silent about weak judges. The judge exists so that a revision cannot
+replace a program the evidence does not question. When the current program *fails* its checks (an
+execution error, or a visible example that raises), the evidence already questions it, and a revision
+that passes every programmatic check cannot turn a pass into a failure; so by default the judge is
+asked only when the current program passes its checks (``judge_when_failing=True`` asks it always,
+as the paper's gate does). Measured with Qwen2.5-Coder-1.5B on Spider: the judge rejected every
+revision of a failing query that ran and passed the checks (0 of 16 proposals accepted).
 
 Label-freedom. The module reads an instance field by field: the generator's signature inputs and the
 environment references (db_path, graph, ...). Label fields are dropped if passed and refused if asked
@@ -28,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,6 +89,8 @@ class HeroRefine(dspy.Module):
         max_demos: the most retrieved examples that reach the refiner and reviser (paper: 3).
         retrieve_k: how many BM25 candidates the selector chooses from.
         judge: whether the LLM judge is part of the gate (False: programmatic checks only).
+        judge_when_failing: also ask the judge when the current program fails its checks (paper's gate;
+            default False: the checks decide then, see the module docstring).
         gate_checks: the programmatic checks run on a proposal's execution, in order.
         refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
         stop_on_accept: end the episode after an accepted revision that executes cleanly.
@@ -110,6 +122,7 @@ class HeroRefine(dspy.Module):
         revise_on_error: bool = True,
         max_evidence_chars: int = 8000,
         only_failing: bool = False,
+        judge_when_failing: bool = False,
     ):
         super().__init__()
         for name, value in (("budget", budget), ("max_demos", max_demos), ("retrieve_k", retrieve_k)):
@@ -131,6 +144,7 @@ class HeroRefine(dspy.Module):
         self.revise_on_error = revise_on_error
         self.max_evidence_chars = max_evidence_chars
         self.only_failing = only_failing
+        self.judge_when_failing = judge_when_failing
         self.refiner = dspy.Predict(ChooseAction)
         self.select_demos = dspy.Predict(SelectDemos)
         self.reviser = dspy.Predict(ReviseProgram)
@@ -231,6 +245,7 @@ class _Episode:
         self.group = group
         self.demos: list[Demo] = []
         self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None)
+        self.checks_only = EvidenceGate(owner.gate_checks, None)
         try:
             self.probes = dict(environment.probes())
         except Exception:  # noqa: BLE001 - an environment without probes still refines
@@ -310,11 +325,12 @@ class _Episode:
             return self._revise(action.argument)
         elif action.kind == DIAGNOSE:
             trace.add(DIAGNOSE, argument=action.argument, evidence=f"diagnosis: {action.argument or '(empty)'}")
+        elif action.kind == PROBE and earlier is not None:
+            # Its result is already in the evidence: act on it.
+            return self._revise(f"use what probe step [{earlier}] showed")
         elif action.kind == PROBE:
             label = f"{action.probe}: {action.probe_argument}".rstrip(": ")
-            evidence = (f"same probe as step [{earlier}]; not run again" if earlier is not None
-                        else self._probe(action.probe, action.probe_argument))
-            trace.add(PROBE, argument=label, evidence=evidence)
+            trace.add(PROBE, argument=label, evidence=self._probe(action.probe, action.probe_argument))
         elif action.kind == RETRIEVE:
             trace.add(RETRIEVE, argument=action.argument, evidence=self._retrieve(action.argument, can_retrieve))
         elif action.kind == REVISE:
@@ -376,8 +392,12 @@ class _Episode:
             return False
         proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
         reason = str(getattr(out, "reason", "") or "")
-        verdict, execution = self.gate.review(self.current, proposal, reason, evidence, self.env,
-                                              self.language, self.execute)
+        judged = self.current_ok or m.judge_when_failing
+        verdict, execution = (self.gate if judged else self.checks_only).review(
+            self.current, proposal, reason, evidence, self.env, self.language, self.execute)
+        if verdict.accepted and not judged and m.use_judge:
+            verdict = replace(verdict, reason="the current program fails its checks and the revision passes all "
+                                              "of them (the judge is asked only about passing programs)")
         trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
                   evidence=f"revision ran: {verdict.execution}" if verdict.execution else "")
         if not verdict.accepted:
