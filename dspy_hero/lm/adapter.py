@@ -62,7 +62,8 @@ class ProgramAdapter(dspy.ChatAdapter):
         last = blocks[-1]
         rest = (text[: last.start()] + text[last.end():]).strip()
         others = [name for name in outputs if name != self.program_field]
-        return {self.program_field: last.group(1).strip(), **{name: (rest if i == 0 else "") for i, name in enumerate(others)}}
+        fields = {name: (rest if i == 0 else "") for i, name in enumerate(others)}
+        return {self.program_field: last.group(1).strip(), **fields}
 
 
 def program_adapter(program_field: str | None = None) -> contextlib.AbstractContextManager:

@@ -84,11 +84,12 @@ class HeroOptimizer(Teleprompter):
       (passing cases are evidence here), code_proposer, use_merge, max_merge_invocations, use_wandb,
       wandb_api_key, wandb_init_kwargs, track_best_outputs, warn_on_score_mismatch, gepa_kwargs.
 
-    HERO's own settings (paper defaults): ``num_rounds`` T=5 (at most: ``min_calls_per_round``, default 24 =
-    a diagnosis batch of 8 plus 8 paired acceptance examples, plans fewer rounds when the budget cannot fund
-    T such rounds, and calls a round leaves unused fund extra rounds up to T; 0 keeps the fixed T), ``num_candidates`` K=4, up to 32 failing and
-    32 passing cases (``failure_only`` is the ablation switch), ``evidence_token_budget`` (approximate
-    tokens of rendered evidence, default 3000 for small local models), ``acceptance_margin``,
+    HERO's own settings (paper defaults): ``num_rounds`` T=5 at most (``min_calls_per_round``, default
+    24 = a diagnosis batch of 8 plus 8 paired acceptance examples, plans fewer rounds when the budget
+    cannot fund T such rounds; calls a round leaves unused fund extra rounds up to T; 0 keeps a fixed T),
+    ``num_candidates`` K=4, up to 32 failing and 32 passing cases (``failure_only`` is the ablation
+    switch), ``evidence_token_budget`` (approximate tokens of rendered evidence, default 3000 for small
+    local models), ``acceptance_margin``,
     ``acceptance_initial`` / ``acceptance_max`` / ``acceptance_alpha``, ``pool_fractions`` (diagnosis,
     update, selection), ``group_key`` (e.g. ``"db_id"``), ``selection_budget_fraction`` (budget kept for
     final selection), ``max_rules`` / ``max_rule_chars``. The decision objects ``pool_splitter``,

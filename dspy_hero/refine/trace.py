@@ -124,7 +124,8 @@ class RefinementTrace:
         for s in self.steps:
             row: dict[str, Any] = {"action": s.action, "argument": cut(s.argument)}
             if s.verdict is not None:
-                row["verdict"] = {"accepted": s.verdict.accepted, "stage": s.verdict.stage, "reason": cut(s.verdict.reason)}
+                v = s.verdict
+                row["verdict"] = {"accepted": v.accepted, "stage": v.stage, "reason": cut(v.reason)}
             steps.append(row)
         return {"steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls}
 
