@@ -25,8 +25,9 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from dspy_hero.metrics.base import FENCED_BLOCK
+
 _HEADER = re.compile(r"^\s*\[\[ ## \w+ ## \]\]\s*$", re.MULTILINE)
-_FENCE = re.compile(r"```[\w+-]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
 class ProgramAdapter(dspy.ChatAdapter):
@@ -56,14 +57,14 @@ class ProgramAdapter(dspy.ChatAdapter):
             return {next(iter(outputs)): text}
         if self.program_field not in outputs:
             return None
-        blocks = list(_FENCE.finditer(text))
+        blocks = list(FENCED_BLOCK.finditer(text))
         if not blocks:
             return None
         last = blocks[-1]
         rest = (text[: last.start()] + text[last.end():]).strip()
         others = [name for name in outputs if name != self.program_field]
         fields = {name: (rest if i == 0 else "") for i, name in enumerate(others)}
-        return {self.program_field: last.group(1).strip(), **fields}
+        return {self.program_field: last.group(2).strip(), **fields}
 
 
 def program_adapter(program_field: str | None = None) -> contextlib.AbstractContextManager:

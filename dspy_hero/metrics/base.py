@@ -75,7 +75,7 @@ class MetricResult(dspy.Prediction):
 
 
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+FENCED_BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def extract_code(text: Any, language: str | None = None) -> str:
@@ -91,7 +91,7 @@ def extract_code(text: Any, language: str | None = None) -> str:
         text = str(text)
     # Small models leave DSPy's field markers inline ("LIMIT 5;[[ ## completed ## ]]"): never program text.
     text = _MARKER.sub("\n", text)
-    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    blocks = [(tag.lower(), body) for tag, body in FENCED_BLOCK.findall(text)]
     if blocks:
         wanted = {"sql": {"sql", "sqlite"}, "cypher": {"cypher", "neo4j"}, "python": {"python", "py", "python3"}}
         tags = wanted.get(language or "", set())
