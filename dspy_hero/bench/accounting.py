@@ -13,7 +13,7 @@ from typing import Any
 from dspy_hero.lm.usage import CountingHistory, Usage, track_usage, usage_of
 from dspy_hero.metrics.base import ExecutionMetric
 
-__all__ = ["CountingHistory", "CountingMetric", "Usage", "UsageMeter", "track_usage", "usage_of"]
+__all__ = ["CountingHistory", "CountingMetric", "Usage", "PhaseUsage", "track_usage", "usage_of"]
 
 
 class CountingMetric:
@@ -36,14 +36,14 @@ class CountingMetric:
         return self.metric.verdict(gold, pred) if isinstance(self.metric, ExecutionMetric) else None
 
 
-class UsageMeter:
+class PhaseUsage:
     """Usage of several named LMs between `start()` and `stop()`; the same LM object is counted once."""
 
     def __init__(self, **lms: Any):
         self.lms = lms
         self._start: dict[str, Usage] = {}
 
-    def start(self) -> UsageMeter:
+    def start(self) -> PhaseUsage:
         self._start = {name: usage_of(lm) for name, lm in self.lms.items() if lm is not None}
         return self
 

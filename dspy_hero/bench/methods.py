@@ -18,7 +18,7 @@ from typing import Any
 
 import dspy
 
-from dspy_hero.bench.accounting import CountingMetric, UsageMeter
+from dspy_hero.bench.accounting import CountingMetric, PhaseUsage
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks
 from dspy_hero.files import write_json_atomic
 from dspy_hero.tasks.base import Task
@@ -119,7 +119,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     from dspy_hero.tasks.evaluate import evaluate_program
 
     metric = CountingMetric(ctx.task.metric)
-    meter = UsageMeter(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    meter = PhaseUsage(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
     start = time.perf_counter()
     report = evaluate_program(program, ctx.test, metric, name=result.method, lm=ctx.task_lm, num_threads=ctx.threads)
     result.wall_s_evaluation = time.perf_counter() - start
@@ -196,7 +196,7 @@ def run_seed(ctx: RunContext, result: MethodResult) -> MethodResult:
 
 def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[CountingMetric], dspy.Module]) -> dspy.Module:
     metric = CountingMetric(ctx.task.metric)
-    meter = UsageMeter(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    meter = PhaseUsage(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
     start = time.perf_counter()
     with dspy.context(lm=ctx.task_lm):
         optimized = compile_fn(metric)

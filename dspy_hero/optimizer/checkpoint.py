@@ -21,9 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
-
 from dspy_hero.files import write_json_atomic
+
+FORMAT_VERSION = 1
 
 
 class CheckpointError(RuntimeError):
