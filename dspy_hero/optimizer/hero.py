@@ -342,8 +342,8 @@ class _Run:
         self.diag_order = diag
         self.diag_cursor = 0
         self.shown_examples: set[str] = set()
-        self.rejected: set[tuple[str, str]] = set()  # (current prompt key, candidate text) already rejected
-        self.rejected_edits: dict[str, list[str]] = {}  # current prompt key -> rejected edits, shown to reflection
+        # current prompt key -> {rejected candidate text: its edit, or None for a full-text proposal}
+        self.rejected: dict[str, dict[str, str | None]] = {}
         logger.info("HERO-O: budget %d metric calls; pools diagnosis=%d update=%d selection=%d%s", self.total,
                     len(self.pools.diagnosis), len(self.pools.update), len(self.pools.selection),
                     " (reuses update)" if self.pools.selection_reuses_update else "")
@@ -416,7 +416,8 @@ class _Run:
         self.shown_examples.update(c.example_id for c in cases if c.case_id in set(shown))
         state = self.current[name]
         ctx = ReflectionContext(name, state.seed, state.rules, state.render(), evidence, list(shown),
-                                opt.num_candidates, cases, tuple(self.rejected_edits.get(cur_key, ())))
+                                opt.num_candidates, cases,
+                                tuple(e for e in self.rejected.get(cur_key, {}).values() if e))
         proposal = self._reflect(rec.round, ctx)
         rec.gradient, rec.reflection_error = proposal.gradient, proposal.error
         shown_cases = [c for c in cases if c.case_id in set(shown)]
@@ -438,9 +439,7 @@ class _Run:
             )
             cand.status = "accepted" if cand.decision.accepted else "rejected"
             if not cand.decision.accepted:
-                self.rejected.add((cur_key, cand.instructions))
-                if cand.kind == "edit":
-                    self.rejected_edits.setdefault(cur_key, []).append(cand.edit)
+                self.rejected.setdefault(cur_key, {})[cand.instructions] = cand.edit if cand.kind == "edit" else None
             self.result.overall_fixes += cand.decision.fixes
             self.result.overall_breaks += cand.decision.breaks
             if cand.decision.accepted:
@@ -488,7 +487,7 @@ class _Run:
             if cand.instructions in seen:
                 cand.status = "duplicate"
                 continue
-            if (cur_key, cand.instructions) in self.rejected:
+            if cand.instructions in self.rejected.get(cur_key, {}):
                 cand.status = "duplicate: already rejected against the current prompt"
                 continue
             verdict = opt.guard.check(added, state.seed, cases)
