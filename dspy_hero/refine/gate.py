@@ -61,10 +61,13 @@ class EvidenceGate:
 
     `checks` are run in order on the proposal's execution and the first failure decides; replace
     them to tighten or loosen the gate. `judge=None` makes the gate purely programmatic.
+    `judge_when_failing=False` skips the judge when the current program fails its own checks: the
+    evidence already questions it, and a revision passing every check cannot turn a pass into a failure.
     """
 
     checks: Sequence[GateCheck] = DEFAULT_CHECKS
     judge: JudgeFn | None = None
+    judge_when_failing: bool = True
 
     def review(
         self,
@@ -75,8 +78,10 @@ class EvidenceGate:
         environment: Environment,
         language: str | None,
         execute: ExecuteFn,
+        current_passes: bool = True,
     ) -> tuple[GateVerdict, Execution | None]:
-        """The verdict on `new`, and its execution when it was run (None when rejected statically)."""
+        """The verdict on `new`, and its execution when it was run (None when rejected statically).
+        `current_passes`: whether the program `new` would replace passes the checks itself."""
         problem = static_problem(old, new, language)
         if problem:
             return GateVerdict(False, "checks", problem), None
@@ -88,6 +93,10 @@ class EvidenceGate:
                 return GateVerdict(False, "checks", problem, execution=shown), execution
         if self.judge is None:
             return GateVerdict(True, "checks", "passed all programmatic checks", execution=shown), execution
+        if not current_passes and not self.judge_when_failing:
+            return GateVerdict(True, "checks", "the current program fails its checks and the revision passes all "
+                                               "of them (the judge is asked only about passing programs)",
+                               execution=shown), execution
         supported, reason = self.judge(evidence, old, new, claimed_reason, shown)
         verdict = GateVerdict(bool(supported), "judge", reason or ("supported" if supported else "not supported"),
                               judge_called=True, execution=shown)

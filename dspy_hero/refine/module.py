@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -244,8 +243,8 @@ class _Episode:
         self.current_ok = False  # does the current program execute and pass the environment check?
         self.group = group
         self.demos: list[Demo] = []
-        self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None)
-        self.checks_only = EvidenceGate(owner.gate_checks, None)
+        self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None,
+                                 judge_when_failing=owner.judge_when_failing)
         try:
             self.probes = dict(environment.probes())
         except Exception:  # noqa: BLE001 - an environment without probes still refines
@@ -392,12 +391,8 @@ class _Episode:
             return False
         proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
         reason = str(getattr(out, "reason", "") or "")
-        judged = self.current_ok or m.judge_when_failing
-        verdict, execution = (self.gate if judged else self.checks_only).review(
-            self.current, proposal, reason, evidence, self.env, self.language, self.execute)
-        if verdict.accepted and not judged and m.use_judge:
-            verdict = replace(verdict, reason="the current program fails its checks and the revision passes all "
-                                              "of them (the judge is asked only about passing programs)")
+        verdict, execution = self.gate.review(self.current, proposal, reason, evidence, self.env, self.language,
+                                              self.execute, current_passes=self.current_ok)
         trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
                   evidence=f"revision ran: {verdict.execution}" if verdict.execution else "")
         if not verdict.accepted:
