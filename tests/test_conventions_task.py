@@ -1,0 +1,217 @@
+"""The conventions task: every gold runs on the real SQLite executor and answers something; every
+convention a question claims changes its answer when ignored; the split is by database with shared
+kinds and new spellings; generation is deterministic; the schema gives nothing away."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from collections import Counter
+
+import pytest
+
+from dspy_hero.execution.sqlite import SQLiteExecutor
+from dspy_hero.execution.sqlite_probes import schema_text
+from dspy_hero.metrics.compare import bird_equal
+from dspy_hero.tasks.builtin import conventions_data as cd
+from dspy_hero.tasks.builtin import conventions_tasks as ct
+from dspy_hero.tasks.builtin.sql_tasks import ENV_INPUTS, INPUTS
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("conventions-cache")
+
+
+@pytest.fixture(scope="module")
+def paths(cache):
+    return cd.ensure_databases(0, cache)
+
+
+@pytest.fixture(scope="module")
+def examples(cache, paths):
+    return ct.conventions_examples(0, cache)
+
+
+@pytest.fixture(scope="module")
+def questions(paths):
+    return {db_id: ct.build_questions(db, paths[db_id], 0) for db_id, db in cd.DATABASES.items()}
+
+
+def _rows(path, sql):
+    result = SQLiteExecutor(path).run(sql)
+    assert result.ok, (sql, result.error_type, result.error_message)
+    return result.rows
+
+
+def test_sizes_fields_and_ids(examples):
+    train, test = ct.split_examples(examples)
+    assert len(train) >= 150 and len(test) >= 100
+    assert len({ex.db_id for ex in train}) == 7 and len({ex.db_id for ex in test}) == 5
+    assert len({ex.example_id for ex in examples}) == len(examples)
+    assert len({ex.question for ex in examples}) == len(examples)  # the simulated LMs key on the question
+    ex = examples[0]
+    assert list(ex.inputs().keys()) == [*INPUTS, *ENV_INPUTS]  # the SQL task's field order, whatever it is
+    assert {"gold_sql", "naive_sql", "conventions"} <= set(ex.labels().keys())
+    per_db = Counter(ex.db_id for ex in examples)
+    assert min(per_db.values()) >= 25
+
+
+def test_every_gold_executes_and_answers_something(examples):
+    for ex in examples:
+        rows = _rows(ex.db_path, ex.gold_sql)
+        assert not ct.trivial(rows), (ex.example_id, ex.gold_sql, rows)
+
+
+def test_naive_sql_gives_another_answer_for_every_claimed_convention(questions, paths):
+    checked = 0
+    for db_id, qs in questions.items():
+        for q in qs:
+            gold = _rows(paths[db_id], q.gold_sql)
+            if not q.naive_by_kind:
+                assert q.naive_sql == q.gold_sql, q.example_id  # a control: nothing to ignore
+                continue
+            assert not bird_equal(_rows(paths[db_id], q.naive_sql), gold), (q.example_id, q.naive_sql)
+            for kind, sql in q.naive_by_kind.items():
+                assert cd.DATABASES[db_id].follows(kind), (q.example_id, kind)
+                naive = SQLiteExecutor(paths[db_id]).run(sql)
+                assert not (naive.ok and bird_equal(naive.rows, gold)), (q.example_id, kind, sql)
+                checked += 1
+    assert checked >= 400
+
+
+def test_every_kind_affects_many_questions_on_both_sides(examples):
+    train, test = ct.split_examples(examples)
+    for part in (train, test):
+        counts = Counter(k for ex in part for k in ex.conventions)
+        for kind in cd.Kind:
+            assert counts[kind.value] >= 10, (kind, counts)
+        assert sum(bool(ex.conventions) for ex in part) >= 0.8 * len(part)
+        assert any(not ex.conventions for ex in part)  # controls exist
+
+
+def test_docstring_figures_match_the_generated_task(examples):
+    train, test = ct.split_examples(examples)
+    doc = " ".join(ct.__doc__.split())
+    assert f"optimization: {len(train)} questions over 7 databases; evaluation: {len(test)} over 5" in doc
+    for kind in cd.Kind:
+        n_train = sum(kind.value in ex.conventions for ex in train)
+        n_test = sum(kind.value in ex.conventions for ex in test)
+        assert f"{kind.value} {n_train}/{n_test}" in doc, kind
+    controls = f"controls {sum(not ex.conventions for ex in train)}/{sum(not ex.conventions for ex in test)}"
+    assert controls in doc
+
+
+def _spellings(db: cd.ConventionDB) -> dict[cd.Kind, object]:
+    return {
+        cd.Kind.MONEY: (db.money.currency, db.money.scale),
+        cd.Kind.FLAG: db.flags,
+        cd.Kind.SOFT_DELETE: db.deleted,
+        cd.Kind.DATE_FORMAT: db.date_format,
+        cd.Kind.STATUS_CODE: db.status_style,
+        cd.Kind.COUNTRY_CODE: db.country_style,
+        cd.Kind.UNIT: (db.measure.column, db.measure.unit, db.measure.scale),
+    }
+
+
+def test_split_is_by_database_with_shared_kinds_and_new_spellings(examples):
+    train, test = ct.split_examples(examples)
+    assert not {ex.db_id for ex in train} & {ex.db_id for ex in test}
+    assert not {ex.db_path for ex in train} & {ex.db_path for ex in test}
+    opt, ev = cd.databases(cd.Split.OPTIMIZATION), cd.databases(cd.Split.EVALUATION)
+    seen = {kind: {_spellings(db)[kind] for db in opt if db.follows(kind)} for kind in cd.Kind}
+    for kind in cd.Kind:
+        assert seen[kind], kind
+        new = {_spellings(db)[kind] for db in ev if db.follows(kind)} - seen[kind]
+        assert new, f"every {kind.value} spelling of the evaluation databases was seen in optimization"
+    for db in ev:
+        fresh = [k for k in cd.Kind if db.follows(k) and _spellings(db)[k] not in seen[k]]
+        assert len(fresh) >= 2, (db.db_id, fresh)
+
+
+def test_task_through_the_registry(cache, monkeypatch):
+    from dspy_hero.tasks import registry
+
+    monkeypatch.setenv("HERO_CACHE_DIR", str(cache / "home"))
+    task = registry.load_task("builtin-conventions")
+    try:
+        assert task.name == "builtin-conventions" and task.language == "sql" and task.group_key == "db_id"
+        assert task.extras["program_inputs"] == list(INPUTS)
+        assert {ex.db_id for ex in task.train} == {db.db_id for db in cd.databases(cd.Split.OPTIMIZATION)}
+        assert {ex.db_id for ex in task.test} == {db.db_id for db in cd.databases(cd.Split.EVALUATION)}
+        assert "split by database" in task.split_note and str(cache / "home") in task.test[0].db_path
+        import dspy
+
+        # the real metric: gold passes, the naive SQL fails, on the task's own examples
+        ex = next(e for e in task.test if e.conventions)
+        assert task.metric(ex, dspy.Prediction(sql=ex.gold_sql)).score == 1.0
+        assert task.metric(ex, dspy.Prediction(sql=ex.naive_sql)).score == 0.0
+    finally:
+        task.close()
+    demo = registry.load_task("builtin-conventions-demo", test_size=24, train_size=21)
+    try:
+        assert len(demo.test) == 24 and len(demo.train) == 21
+        assert {ex.db_id for ex in demo.test} == {db.db_id for db in cd.databases(cd.Split.EVALUATION)}
+        assert {ex.db_id for ex in demo.train} == {db.db_id for db in cd.databases(cd.Split.OPTIMIZATION)}
+        assert {ex.example_id for ex in demo.test} <= {ex.example_id for ex in task.test}
+    finally:
+        demo.close()
+
+
+def _digests(paths):
+    return {k: hashlib.sha256(p.read_bytes()).hexdigest() for k, p in paths.items()}
+
+
+def test_generation_is_deterministic_and_seeded(tmp_path, paths, examples):
+    again = cd.ensure_databases(0, tmp_path / "again")
+    assert _digests(again) == _digests(paths)
+    assert [(e.example_id, e.question, e.gold_sql) for e in ct.conventions_examples(0, tmp_path / "again")] == [
+        (e.example_id, e.question, e.gold_sql) for e in examples]
+    other = cd.ensure_databases(1, tmp_path / "other")
+    assert all(_digests(other)[k] != d for k, d in _digests(paths).items())
+    # a damaged file is rebuilt, not trusted
+    victim = again["bookshop"]
+    victim.write_bytes(victim.read_bytes()[:4096])
+    assert _digests(cd.ensure_databases(0, tmp_path / "again"))["bookshop"] == _digests(paths)["bookshop"]
+
+
+def test_nothing_is_built_at_import(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HERO_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    code = ("import dspy_hero.tasks.builtin.conventions_tasks, dspy_hero.tasks.registry as r; "
+            "assert 'builtin-conventions' in r.available_tasks()")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert not (tmp_path / "cache").exists() and not (tmp_path / ".cache").exists()
+
+
+GIVEAWAYS = re.compile(
+    r"cent|minor|fils|baisa|thousandth|gram|milli|litre|liter|second|minute|hour|metre|meter|\bkg\b|\bml\b|\bmm\b|"
+    r"\bcm\b|yyyy|dd|iso|format|code|flag|bool|unit_|_kg|_ml|_mm|_cm|_g\b|_s\b|currency|dollar|euro|dinar|rial|pound|franc|"
+    r"comment|--|/\*", re.IGNORECASE)
+
+
+def test_schema_text_gives_no_convention_away(examples):
+    for schema in {ex.db_schema for ex in examples}:
+        # identifiers such as unit_price are plausible column names, not hints; strip known-safe names
+        text = schema.replace("unit_price", "price")
+        assert not GIVEAWAYS.search(text), (GIVEAWAYS.search(text).group(0), schema)
+
+
+def test_schema_matches_the_database_and_values_follow_the_convention(paths):
+    db = cd.DATABASES["pet_supplies"]
+    text = schema_text(paths["pet_supplies"])
+    assert "discarded_at TEXT" in text and "price INTEGER" in text and "is_active TEXT" in text
+    conn = sqlite3.connect(paths["pet_supplies"])
+    try:
+        assert {r[0] for r in conn.execute("SELECT DISTINCT is_active FROM customers")} == set(db.flags)
+        assert {r[0] for r in conn.execute("SELECT DISTINCT status FROM orders")} <= set(cd.STATUS_STYLES["abbrev"])
+        dates = [r[0] for r in conn.execute("SELECT created FROM orders")]
+        assert all(re.fullmatch(r"\d\d\.\d\d\.20\d\d", d) for d in dates)
+        deleted = conn.execute("SELECT COUNT(*) FROM customers WHERE discarded_at IS NOT NULL").fetchone()[0]
+        assert 5 <= deleted <= 30
+    finally:
+        conn.close()
