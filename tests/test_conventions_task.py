@@ -221,3 +221,88 @@ def test_schema_matches_the_database_and_values_follow_the_convention(paths):
 def test_trivial_answers_are_recognised():
     assert ct.trivial([]) and ct.trivial(None) and ct.trivial([(0,)]) and ct.trivial([(None, None)])
     assert not ct.trivial([(3,)]) and not ct.trivial([(0,), (1,)]) and not ct.trivial([("DE", 0)])
+
+
+# --- the scripted conventions world (hero demo --lm simulated on this task) ---------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_task(cache):
+    task = ct.conventions_demo_task(train_size=84, test_size=24, directory=cache)
+    yield task
+    task.close()
+
+
+def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_task):
+    import dspy
+
+    from dspy_hero.bench.conventions_world import CONVENTION_SKILLS, ConventionsWorld
+
+    world = ConventionsWorld.from_examples(demo_task.train + demo_task.test)
+    rules = {s.name: s.rule for s in CONVENTION_SKILLS}
+    checked = 0
+    for ex in demo_task.train + demo_task.test:
+        if world.hard(ex.question):
+            continue
+        score = lambda sql: demo_task.metric(ex, dspy.Prediction(sql=sql)).score  # noqa: E731
+        assert score(world.answer(ex.question, "Write SQL. " + " ".join(rules.values()))) == 1.0, ex.example_id
+        none = world.answer(ex.question, "Write SQL.")
+        assert none == ex.naive_sql
+        assert score(none) == (0.0 if ex.conventions else 1.0), ex.example_id
+        if len(ex.conventions) >= 2:  # one rule short is still wrong
+            partial = " ".join(rules[k] for k in ex.conventions[1:])
+            assert score(world.answer(ex.question, partial)) == 0.0, ex.example_id
+            checked += 1
+    assert checked >= 20
+
+
+def test_world_reflection_names_the_missing_conventions_and_adds_their_rules(demo_task):
+    from dspy_hero.bench.conventions_world import CONVENTION_SKILLS, ConventionsWorld
+    from dspy_hero.lm.scripted import ScriptedRequest
+
+    world = ConventionsWorld.from_examples(demo_task.train + demo_task.test)
+    failing = [ex for ex in demo_task.train if "soft_delete" in ex.conventions][:3]
+    evidence = "\n\n".join(f"### Case F{i} (FAILED, score 0.00)\nInputs:\n  question: {ex.question}"
+                           for i, ex in enumerate(failing, 1))
+    soft_rule = next(s.rule for s in CONVENTION_SKILLS if s.name == "soft_delete")
+
+    def ask(outputs, **inputs):
+        return world.reflection_script(ScriptedRequest(system="", user="", instructions="", inputs=inputs,
+                                                       output_fields=tuple(outputs), messages=()))
+
+    diagnosis = ask(["preserve", "revise"], task_instructions="Write SQL.", current_rules="(none)", evidence=evidence)
+    first = diagnosis["revise"].splitlines()[0]
+    assert "soft_delete" in first and "F1" in first
+    edits = ask(["edits"], task_instructions="Write SQL.", current_rules="(none)", revise=diagnosis["revise"],
+                preserve="", num_edits="1")
+    assert edits["edits"].startswith("ADD: ") and (soft_rule in edits["edits"] or world.spec.harmful_rule in edits["edits"])
+    # once the rule is present, the diagnosis no longer blames soft deletion
+    again = ask(["preserve", "revise"], task_instructions="Write SQL.", current_rules=f"1. {soft_rule}", evidence=evidence)
+    assert "soft_delete" not in again.get("revise", "")
+
+
+def test_world_refuses_other_tasks():
+    import dspy
+
+    from dspy_hero.bench.conventions_world import ConventionsWorld
+
+    with pytest.raises(ValueError, match="builtin-conventions"):
+        ConventionsWorld.from_examples([dspy.Example(question="q", gold_sql="SELECT 1")])
+
+
+def test_simulated_hero_o_learns_convention_rules_that_transfer_to_unseen_databases(demo_task, tmp_path):
+    """The demo in miniature: HERO-O, with the scripted LMs, adopts general convention rules on the
+    optimization databases and gains on the evaluation databases it never saw."""
+    import json
+
+    from dspy_hero.bench.conventions_world import CONVENTION_SKILLS, conventions_simulated_lms
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+
+    lm, reflection, _ = conventions_simulated_lms(demo_task.train + demo_task.test)
+    config = RunConfig(out_dir=tmp_path, max_metric_calls=600, num_rounds=5, num_candidates=4, test_limit=24,
+                       refine_only_failing=True)
+    rows = {r.method: r for r in StagedRun(demo_task, lm, reflection, config).run_all()["rows"]}
+    assert rows["HERO-O"].pass_at_1 > rows["seed prompt"].pass_at_1
+    program = json.loads((tmp_path / "hero_o_program.json").read_text())
+    instructions = program["generate"]["signature"]["instructions"]
+    assert any(s.rule in instructions for s in CONVENTION_SKILLS)

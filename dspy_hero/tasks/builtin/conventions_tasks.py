@@ -37,8 +37,9 @@ parameters) afresh, so several seeds give several draws of the same design. At s
     (`benchmarks/conventions_stats.py`, which also reports seeds 1 and 2).
 
 Examples: ``db_schema``, ``question`` (the LM's inputs, in `sql_tasks.INPUTS` order), ``db_id``,
-``db_path`` (environment references) | ``gold_sql``, ``naive_sql`` and ``conventions`` (labels for
-analysis; no metric or optimizer reads them).
+``db_path`` (environment references) | ``gold_sql``, ``naive_sql``, ``conventions``, ``template``,
+``params`` and ``split`` (labels for analysis and for the scripted simulation in
+`dspy_hero.bench.conventions_world`; no metric or optimizer reads them).
 """
 
 from __future__ import annotations
@@ -551,7 +552,7 @@ def conventions_examples(seed: int = 0, directory: Path | None = None) -> list[d
                 dspy.Example(
                     example_id=q.example_id, **{name: shown[name] for name in INPUTS}, db_id=db_id,
                     db_path=str(paths[db_id]), gold_sql=q.gold_sql, naive_sql=q.naive_sql,
-                    conventions=q.conventions, split=db.split.value,
+                    conventions=q.conventions, template=q.template, params=dict(q.params), split=db.split.value,
                 ).with_inputs(*INPUTS, *ENV_INPUTS)
             )
     return examples
