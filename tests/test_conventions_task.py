@@ -244,7 +244,10 @@ def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_t
     for ex in demo_task.train + demo_task.test:
         if world.hard(ex.question):
             continue
-        score = lambda sql: demo_task.metric(ex, dspy.Prediction(sql=sql)).score  # noqa: E731
+
+        def score(sql, ex=ex):
+            return demo_task.metric(ex, dspy.Prediction(sql=sql)).score
+
         assert score(world.answer(ex.question, "Write SQL. " + " ".join(rules.values()))) == 1.0, ex.example_id
         none = world.answer(ex.question, "Write SQL.")
         assert none == ex.naive_sql
@@ -306,3 +309,13 @@ def test_simulated_hero_o_learns_convention_rules_that_transfer_to_unseen_databa
     program = json.loads((tmp_path / "hero_o_program.json").read_text())
     instructions = program["generate"]["signature"]["instructions"]
     assert any(s.rule in instructions for s in CONVENTION_SKILLS)
+
+
+def test_ties_at_a_top_k_boundary_are_detected():
+    conn = sqlite3.connect(":memory:")
+    conn.executescript("CREATE TABLE s (name TEXT, total INTEGER); INSERT INTO s VALUES ('a', 9), ('b', 7), ('c', 7), ('d', 1);")
+    assert ct.tied_at_limit("SELECT name, total FROM s ORDER BY total DESC LIMIT 2", conn)
+    assert not ct.tied_at_limit("SELECT name, total FROM s ORDER BY total DESC LIMIT 1", conn)
+    assert not ct.tied_at_limit("SELECT name, total FROM s ORDER BY total DESC LIMIT 3", conn)
+    assert not ct.tied_at_limit("SELECT total FROM s ORDER BY total DESC LIMIT 2", conn)  # one column: same answer
+    conn.close()

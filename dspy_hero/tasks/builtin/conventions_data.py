@@ -1,4 +1,4 @@
-"""Twelve SQLite shop databases whose data follow house conventions that the schema does not show.
+"""Twelve SQLite shop databases whose data follow house conventions that their schema does not show.
 
 Why: on BIRD most failures of small models are not SQL skill but *conventions* the schema hides — money
 kept in minor units, flags spelled 'Y'/'N', dates stored as text in a local format — which BIRD states
@@ -13,17 +13,20 @@ invoices) and transaction lines. The convention kinds (`Kind`), and how a databa
 
 - ``money``: prices and amounts as INTEGER minor units, 100 per unit (cents, pence, rappen) or 1000
   (fils, baisa); plain databases store REAL major units;
-- ``flag``: yes/no columns as TEXT pairs ('Y'/'N', 'T'/'F', 'yes'/'no', 'true'/'false', ...);
-  plain databases store INTEGER 1/0;
-- ``soft_delete``: people and items carry a deletion timestamp (``deleted_at``, ``removed_at``, ...);
-  a row with it set no longer exists, wherever it is read;
-- ``date_format``: dates as TEXT in one local format (DD/MM/YYYY, YYYYMMDD, MM-DD-YYYY, DD.MM.YYYY,
-  ...); plain databases use ISO YYYY-MM-DD;
-- ``status_code``: transaction status as codes ('D', 'DLV', 'DL', 'DELIVERED', 'Delivered') for the
-  words delivered / pending / cancelled / refunded; plain databases store the lower-case words;
-- ``country_code``: people's country as ISO alpha-2, alpha-3 or IOC codes; plain: English names;
-- ``unit``: an item measure in a small unit (grams, millilitres, seconds, millimetres, centimetres)
-  where questions ask for a larger one (kilograms, litres, minutes or hours, metres, centimetres).
+- ``flag``: yes/no columns as TEXT pairs ('Y'/'N', 'T'/'F', 'yes'/'no' in optimization; 'true'/'false',
+  'y'/'n', 'TRUE'/'FALSE', 'Yes'/'No' in evaluation); plain databases store INTEGER 1/0;
+- ``soft_delete``: people and items carry a deletion timestamp (``deleted_at``, ``removed_at``,
+  ``deleted_on``, ``archived_at``; ``discarded_at``, ``date_deleted``, ``deleted_date``,
+  ``archived_on``); a row with it set no longer exists, wherever it is read;
+- ``date_format``: dates as TEXT in one local format (DD/MM/YYYY, YYYYMMDD, MM-DD-YYYY, DD-MM-YYYY;
+  DD.MM.YYYY, MM/DD/YYYY, YYYY/MM/DD, YYYY.MM.DD); plain databases use ISO YYYY-MM-DD;
+- ``status_code``: transaction status as codes for the words delivered / pending / cancelled /
+  refunded ('D', 'DLV', 'DL', 'DELIVERED'; 'DELIV', 'Delivered', 'd', 'dlv');
+- ``country_code``: people's country as ISO alpha-2 or alpha-3 codes (also lower-case alpha-2, and
+  IOC codes such as GER, SUI, NED in evaluation); plain: English names;
+- ``unit``: an item measure in a small unit where questions ask for a larger one (grams/kilograms,
+  millilitres/litres, seconds/minutes, millimetres/metres, millimetres/centimetres; seconds/hours,
+  centimetres/metres in evaluation).
 
 Which database follows which convention is `DATABASES` (a spec per database). Questions and the
 split live in `conventions_tasks`. The databases are built by `ensure_databases(seed)` into

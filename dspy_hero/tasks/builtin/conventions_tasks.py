@@ -44,9 +44,11 @@ Examples: ``db_schema``, ``question`` (the LM's inputs, in `sql_tasks.INPUTS` or
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +117,6 @@ class Dialect:
     def iso_literal(self, iso: str) -> str:
         """An ISO date as the database writes it, to compare with `date_key`."""
         if self.honours(Kind.DATE_FORMAT) and self.db.sortable_dates():
-            from datetime import date
-
             return f"'{self.db.date_text(date.fromisoformat(iso))}'"
         return f"'{iso}'"
 
@@ -505,10 +505,25 @@ def _rows(conn: sqlite3.Connection, sql: str) -> list[tuple] | None:
         return None
 
 
+_LIMIT = re.compile(r"\bLIMIT (\d+)$")
+
+
+def tied_at_limit(sql: str, conn: sqlite3.Connection) -> bool:
+    """Would a tie at a top-k boundary make the answer depend on the engine's row order? (Checked on
+    the last column, which holds the ranked value in every multi-column top-k template.)"""
+    match = _LIMIT.search(sql)
+    if not match:
+        return False
+    k = int(match.group(1))
+    rows = _rows(conn, sql[: match.start()] + f"LIMIT {k + 1}") or []
+    return len(rows) > k and len(rows[0]) > 1 and rows[k - 1][-1] == rows[k][-1]
+
+
 def accepted(question: Question, conn: sqlite3.Connection) -> bool:
-    """Gold gives a non-trivial answer and every convention it claims matters, alone and all together."""
+    """Gold gives a non-trivial, tie-free answer and every convention it claims matters, alone and all
+    together."""
     gold = _rows(conn, question.gold_sql)
-    if gold is None or trivial(gold):
+    if gold is None or trivial(gold) or tied_at_limit(question.gold_sql, conn):
         return False
     naive_texts = list(question.naive_by_kind.values()) + ([question.naive_sql] if question.naive_by_kind else [])
     for sql in naive_texts:
@@ -607,7 +622,7 @@ def balanced_subset(examples: Sequence[dspy.Example], size: int, seed: int) -> l
 
 
 def conventions_demo_task(
-    train_size: int = 42, test_size: int = 24, split_seed: int = 0, directory: Path | None = None, **_: object
+    train_size: int = 84, test_size: int = 24, split_seed: int = 0, directory: Path | None = None, **_: object
 ) -> Task:
     """A demo-sized conventions Task for `hero demo`: `train_size` optimization and `test_size` evaluation
     questions, balanced over databases, from the same fixed cross-database split."""
@@ -616,7 +631,7 @@ def conventions_demo_task(
 
     train, test = split_examples(conventions_examples(split_seed, directory))
     train, test = balanced_subset(train, train_size, split_seed), balanced_subset(test, test_size, split_seed)
-    note = _note(train, test, split_seed, extra=f"; demo subset, balanced over databases (of the full task's pools)")
+    note = _note(train, test, split_seed, extra="; demo subset, balanced over databases (of the full task's pools)")
     return make_task(
         name=TASK_NAME, language="sql", train=train, test=test, metric=sql_execution_metric(),
         inputs=INPUTS, group_key="db_id", split_note=note, extras={"data_seed": split_seed, "demo_subset": True},
