@@ -195,11 +195,30 @@ GIVEAWAYS = re.compile(
     r"comment|--|/\*", re.IGNORECASE)
 
 
+VALUE_GIVEAWAYS = re.compile(r"\b(cents?|minor|fils|baisa|grams?|kilo\w*|milli\w*|seconds?|minutes?|hours?|iso|"
+                             r"yyyy|format|deleted|soft|flag|currency|units?)\b|--|/\*", re.IGNORECASE)
+
+
 def test_schema_text_gives_no_convention_away(examples):
     for schema in {ex.db_schema for ex in examples}:
+        ddl = "\n".join(line for line in schema.splitlines() if line.startswith("CREATE TABLE"))
+        rows = "\n".join(line for line in schema.splitlines() if not line.startswith("CREATE TABLE"))
+        assert ddl.count("CREATE TABLE") == 4 and rows.count("Example rows of") == 4
         # identifiers such as unit_price are plausible column names, not hints; strip known-safe names
-        text = schema.replace("unit_price", "price")
-        assert not GIVEAWAYS.search(text), (GIVEAWAYS.search(text).group(0), schema)
+        text = ddl.replace("unit_price", "price")
+        assert not GIVEAWAYS.search(text), (GIVEAWAYS.search(text).group(0), ddl)
+        assert not VALUE_GIVEAWAYS.search(rows), (VALUE_GIVEAWAYS.search(rows).group(0), rows)
+
+
+def test_example_rows_show_the_stored_values_and_can_be_left_out(paths):
+    text = ct.schema_with_rows(paths["bookshop"], 3)
+    conn = sqlite3.connect(paths["bookshop"])
+    try:
+        first = conn.execute("SELECT * FROM orders ORDER BY rowid LIMIT 1").fetchone()
+    finally:
+        conn.close()
+    assert f"Example rows of orders: ({first[0]}, {first[1]}, '{first[2]}', '{first[3]}', {first[4]})" in text
+    assert ct.schema_with_rows(paths["bookshop"], 0) == schema_text(paths["bookshop"])
 
 
 def test_schema_matches_the_database_and_values_follow_the_convention(paths):

@@ -36,6 +36,12 @@ parameters) afresh, so several seeds give several draws of the same design. At s
     The fully naive SQL is wrong on 88.5% of the optimization and 89.3% of the evaluation questions
     (`benchmarks/conventions_stats.py`, which also reports seeds 1 and 2).
 
+What the model sees. ``db_schema`` is the compact DDL (no comments; plausible column names such as
+``price``, ``is_active``, ``status``, ``deleted_at``) followed by the first three rows of every
+table, as stored (`schema_with_rows`; ``sample_rows=0`` drops them): a generator can "check the
+sample values" only if it sees some, as BIRD prompts with example rows allow. Nothing states what a
+value means: 5499 may be cents or fils, 'N' a flag, '04/05/2024' either April or May.
+
 Examples: ``db_schema``, ``question`` (the LM's inputs, in `sql_tasks.INPUTS` order), ``db_id``,
 ``db_path`` (environment references) | ``gold_sql``, ``naive_sql``, ``conventions``, ``template``,
 ``params`` and ``split`` (labels for analysis and for the scripted simulation in
@@ -68,6 +74,7 @@ from dspy_hero.tasks.builtin.sql_tasks import ENV_INPUTS, INPUTS
 from dspy_hero.tasks.splits import seeded_order
 
 TASK_NAME = "builtin-conventions"
+SAMPLE_ROWS = 3  # example rows per table in db_schema
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
 
@@ -553,14 +560,48 @@ def build_questions(db: ConventionDB, db_path: Path, seed: int) -> list[Question
 # --- examples and the task --------------------------------------------------------------------------------
 
 
-def conventions_examples(seed: int = 0, directory: Path | None = None) -> list[dspy.Example]:
-    """All questions of all twelve databases (databases built on demand), by database then template."""
-    from dspy_hero.execution.sqlite_probes import schema_text
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
 
+
+def schema_with_rows(db_path: Path, rows: int = SAMPLE_ROWS) -> str:
+    """The compact DDL of `schema_text`, then the first `rows` rows of every table, as stored.
+
+    Why rows: a single-pass generator can only "check the sample values" if it sees some, as in the
+    BIRD prompts that list example rows. They show the data, never what it means: no comment, no unit.
+    """
+    from dspy_hero.execution.sqlite_probes import quote_identifier, schema_text
+
+    text = schema_text(db_path)
+    if rows <= 0:
+        return text
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid")]
+        lines = []
+        for table in tables:
+            sample = conn.execute(f"SELECT * FROM {quote_identifier(table)} ORDER BY rowid LIMIT {int(rows)}").fetchall()
+            shown = ", ".join("(" + ", ".join(_literal(v) for v in row) + ")" for row in sample)
+            lines.append(f"Example rows of {table}: {shown}")
+        return text + "\n" + "\n".join(lines)
+    finally:
+        conn.close()
+
+
+def conventions_examples(
+    seed: int = 0, directory: Path | None = None, sample_rows: int = SAMPLE_ROWS
+) -> list[dspy.Example]:
+    """All questions of all twelve databases (databases built on demand), by database then template.
+    ``db_schema`` is the DDL plus `sample_rows` example rows per table (0: the DDL alone)."""
     paths = ensure_databases(seed, directory)
     examples = []
     for db_id, db in DATABASES.items():
-        schema = schema_text(paths[db_id])
+        schema = schema_with_rows(paths[db_id], sample_rows)
         for q in build_questions(db, paths[db_id], seed):
             shown = {"db_schema": schema, "question": q.question}
             examples.append(
@@ -579,7 +620,8 @@ def split_examples(examples: Sequence[dspy.Example]) -> tuple[list[dspy.Example]
     return train, test
 
 
-def _note(train: Sequence[dspy.Example], test: Sequence[dspy.Example], seed: int, extra: str = "") -> str:
+def _note(train: Sequence[dspy.Example], test: Sequence[dspy.Example], seed: int, sample_rows: int,
+          extra: str = "") -> str:
     def dbs(exs: Sequence[dspy.Example]) -> str:
         return ", ".join(dict.fromkeys(ex.db_id for ex in exs))
 
@@ -587,23 +629,26 @@ def _note(train: Sequence[dspy.Example], test: Sequence[dspy.Example], seed: int
         f"{TASK_NAME}: split by database, fixed by design: {len(train)} optimization questions over "
         f"{len({ex.db_id for ex in train})} databases ({dbs(train)}) / {len(test)} evaluation questions over "
         f"{len({ex.db_id for ex in test})} other databases ({dbs(test)}); both sides follow the same kinds of "
-        f"convention with different spellings; data seed {seed}{extra}. Semantics: BIRD execution accuracy."
+        f"convention with different spellings; data seed {seed}; db_schema shows the DDL and {sample_rows} "
+        f"example rows per table{extra}. Semantics: BIRD execution accuracy."
     )
 
 
 def builtin_conventions_task(
-    split_seed: int = 0, data_seed: int | None = None, directory: Path | None = None, **_: object
+    split_seed: int = 0, data_seed: int | None = None, directory: Path | None = None,
+    sample_rows: int = SAMPLE_ROWS, **_: object
 ) -> Task:
-    """The conventions Task. The split is fixed by database; `split_seed` (or `data_seed`) draws the data."""
+    """The conventions Task. The split is fixed by database; `split_seed` (or `data_seed`) draws the data;
+    `sample_rows` example rows per table go into ``db_schema``."""
     from dspy_hero.metrics.sql import sql_execution_metric
     from dspy_hero.tasks.builtin import make_task
 
     seed = split_seed if data_seed is None else data_seed
-    train, test = split_examples(conventions_examples(seed, directory))
+    train, test = split_examples(conventions_examples(seed, directory, sample_rows))
     return make_task(
         name=TASK_NAME, language="sql", train=train, test=test, metric=sql_execution_metric(),
-        inputs=INPUTS, group_key="db_id", split_note=_note(train, test, seed),
-        extras={"data_seed": seed},
+        inputs=INPUTS, group_key="db_id", split_note=_note(train, test, seed, sample_rows),
+        extras={"data_seed": seed, "sample_rows": sample_rows},
     )
 
 
@@ -622,17 +667,19 @@ def balanced_subset(examples: Sequence[dspy.Example], size: int, seed: int) -> l
 
 
 def conventions_demo_task(
-    train_size: int = 84, test_size: int = 24, split_seed: int = 0, directory: Path | None = None, **_: object
+    train_size: int = 84, test_size: int = 24, split_seed: int = 0, directory: Path | None = None,
+    sample_rows: int = SAMPLE_ROWS, **_: object
 ) -> Task:
     """A demo-sized conventions Task for `hero demo`: `train_size` optimization and `test_size` evaluation
     questions, balanced over databases, from the same fixed cross-database split."""
     from dspy_hero.metrics.sql import sql_execution_metric
     from dspy_hero.tasks.builtin import make_task
 
-    train, test = split_examples(conventions_examples(split_seed, directory))
+    train, test = split_examples(conventions_examples(split_seed, directory, sample_rows))
     train, test = balanced_subset(train, train_size, split_seed), balanced_subset(test, test_size, split_seed)
-    note = _note(train, test, split_seed, extra="; demo subset, balanced over databases (of the full task's pools)")
+    note = _note(train, test, split_seed, sample_rows, extra="; demo subset, balanced over databases")
     return make_task(
         name=TASK_NAME, language="sql", train=train, test=test, metric=sql_execution_metric(),
-        inputs=INPUTS, group_key="db_id", split_note=note, extras={"data_seed": split_seed, "demo_subset": True},
+        inputs=INPUTS, group_key="db_id", split_note=note,
+        extras={"data_seed": split_seed, "sample_rows": sample_rows, "demo_subset": True},
     )
