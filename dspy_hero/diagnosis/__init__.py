@@ -1,0 +1,164 @@
+"""Programmatic, LM-free diagnosis of a failed program run: what the program did, what the environment
+says about it, and what shape its result has — as typed, countable facts.
+
+Why: a small reflection model shown a failing case writes "The correct query should be SELECT ..."
+instead of a rule. When the evidence already states the pattern ("6 of 7 failing cases: a column is
+taken from a table that does not have it"), the reflector only has to phrase a rule for it. Shared by
+HERO-O (evidence for reflection) and HERO-T (the diagnose action).
+
+Public API::
+
+    diagnose(language, inputs, program, execution=None, *, environment=None, reference=None,
+             feedback=None) -> Diagnosis
+    Diagnoser(...)            # the same, reusing environments across calls (close() when done)
+    count_categories(diagnoses) -> list[CategoryCount]      # most frequent first
+    Category, Fact, Diagnosis, CategoryCount
+
+Label-free by default: facts come from the program text, the environment (schema, graph, the
+prompt's visible examples) and the result. `feedback` (the metric's own, already label-safe wording,
+e.g. "different number of rows") may be passed to name which result property is wrong. `reference`
+is a TRAINING case's reference program; it adds REF_* facts (its structural diff) and must never be
+passed at test time or by HERO-T.
+
+Floor 3: imports execution/, metrics/ and the bottom utilities only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dspy_hero.diagnosis.facts import Category, CategoryCount, Diagnosis, Fact, count_categories
+from dspy_hero.diagnosis.fields import environment_fields, language_of, program_text
+from dspy_hero.execution.base import Environment, Execution
+
+__all__ = [
+    "Category",
+    "CategoryCount",
+    "Diagnoser",
+    "Diagnosis",
+    "Fact",
+    "count_categories",
+    "diagnose",
+    "environment_fields",
+    "language_of",
+    "program_text",
+]
+
+LANGUAGES = ("sql", "cypher", "python")
+
+
+def diagnose(
+    language: str | None,
+    inputs: Any,
+    program: str,
+    execution: Execution | None = None,
+    *,
+    environment: Environment | None = None,
+    reference: str | None = None,
+    feedback: str | None = None,
+) -> Diagnosis:
+    """The facts about one program run.
+
+    `language`: "sql" | "cypher" | "python" (None: read from the environment references in `inputs`).
+    `inputs`: the case's fields (a dict or `dspy.Example`); only environment references and, for Python,
+    the prompt are read, never labels. `program`: the program text (an LM answer is unwrapped).
+    `execution`: what running it showed, when the caller has it; else it is run in `environment`.
+    `environment`: the case's environment; built from `inputs` (and closed afterwards) when None.
+    Never raises for a bad program; an environment that cannot be opened is reported in
+    `Diagnosis.errors` and the program-only facts are still returned.
+    """
+    with Diagnoser() as diagnoser:
+        return diagnoser.diagnose(language, inputs, program, execution, environment=environment,
+                                  reference=reference, feedback=feedback)
+
+
+class Diagnoser:
+    """`diagnose` with environments kept between calls (one per database or graph), for a batch of
+    cases: a Cypher environment loads a graph and a Python one probes the sandbox, which should
+    happen once per run, not once per case. Thread-safe; `close()` stops what it started.
+
+    `environment_factory` (inputs -> Environment) replaces the default, which builds environments
+    with `dspy_hero.execution.environments.environment_for` and `environment_options` (e.g.
+    ``engine=`` to share a Cypher executor, ``sandbox=`` for Python).
+    """
+
+    def __init__(self, environment_factory: Any = None, **environment_options: Any) -> None:
+        self._factory = environment_factory
+        self._options = environment_options
+        self._envs: dict[tuple, Environment] = {}
+        self._sandbox: Any = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Diagnoser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def environment(self, inputs: Any) -> Environment:
+        """The environment of a case: one per database or graph, a new one per Python task (they hold
+        the task's own visible examples) sharing one sandbox."""
+        if self._factory is not None:
+            return self._factory(inputs)
+        from dspy_hero.execution.environments import environment_for, environment_key, environment_kind
+
+        key = environment_key(inputs)
+        with self._lock:
+            if key is not None and key in self._envs:
+                return self._envs[key]
+            options = dict(self._options)
+            if environment_kind(inputs) == "python":
+                if self._sandbox is None:
+                    from dspy_hero.execution.python import PythonSandbox
+
+                    self._sandbox = options.pop("sandbox", None) or PythonSandbox()
+                options["sandbox"] = self._sandbox
+            else:
+                options.pop("sandbox", None)
+            env = environment_for(inputs, **options)
+            if key is not None:
+                self._envs[key] = env
+            return env
+
+    def close(self) -> None:
+        """Close the environments this diagnoser opened (a Cypher one stops the engine it started)."""
+        with self._lock:
+            envs, self._envs = list(self._envs.values()), {}
+        for env in envs:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+
+    def diagnose(
+        self,
+        language: str | None,
+        inputs: Any,
+        program: str,
+        execution: Execution | None = None,
+        *,
+        environment: Environment | None = None,
+        reference: str | None = None,
+        feedback: str | None = None,
+    ) -> Diagnosis:
+        """See `diagnose`."""
+        language = language or language_of(inputs)
+        if language not in LANGUAGES:
+            raise ValueError(f"diagnose: unknown language {language!r}; expected one of {LANGUAGES} "
+                             "(or inputs with db_path / graph / prompt)")
+        errors: list[str] = []
+        if environment is None:
+            try:
+                environment = self.environment(environment_fields(inputs))
+            except Exception as exc:  # a missing database or engine: say so, keep the program-only facts
+                errors.append(f"no environment ({type(exc).__name__}: {str(exc)[:200]})")
+        if language == "sql":
+            from dspy_hero.diagnosis.sql import diagnose_sql as run
+        elif language == "cypher":
+            from dspy_hero.diagnosis.cypher import diagnose_cypher as run
+        else:
+            from dspy_hero.diagnosis.python import diagnose_python as run
+        diag = run(program, execution, environment, reference=reference, feedback=feedback)
+        if errors:
+            diag = Diagnosis(diag.language, diag.facts, diag.structure, tuple(errors) + diag.errors)
+        return diag
