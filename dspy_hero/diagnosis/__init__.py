@@ -26,7 +26,7 @@ Floor 3: imports execution/, metrics/ and the bottom utilities only.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Self
 
 from dspy_hero.diagnosis.facts import Category, CategoryCount, Diagnosis, Fact, count_categories
 from dspy_hero.diagnosis.fields import environment_fields, language_of, program_text
@@ -90,7 +90,7 @@ class Diagnoser:
         self._sandbox: Any = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> Diagnoser:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -150,7 +150,7 @@ class Diagnoser:
         if environment is None:
             try:
                 environment = self.environment(environment_fields(inputs))
-            except Exception as exc:  # a missing database or engine: say so, keep the program-only facts
+            except Exception as exc:  # noqa: BLE001 - a missing database or engine: reported, program-only facts kept
                 errors.append(f"no environment ({type(exc).__name__}: {str(exc)[:200]})")
         if language == "sql":
             from dspy_hero.diagnosis.sql import diagnose_sql as run

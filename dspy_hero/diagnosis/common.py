@@ -71,7 +71,7 @@ def result_facts(execution: Execution, distinct: bool = False) -> list[Fact]:
     if nulls:
         shown = ", ".join(f"`{n}`" for n in nulls[:4])
         facts.append(Fact(Category.NULL_COLUMN, f"column(s) {shown} are NULL in all {len(rows)} returned row(s)"))
-    if not distinct and len(rows) > 1:
+    if not distinct and not nulls and len(rows) > 1:  # NULL-only columns repeat rows by themselves
         repeats = sum(c - 1 for c in Counter(map(_hashable, rows)).values() if c > 1)
         if repeats:
             facts.append(Fact(Category.DUPLICATE_ROWS,
