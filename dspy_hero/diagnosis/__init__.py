@@ -147,9 +147,13 @@ class Diagnoser:
             raise ValueError(f"diagnose: unknown language {language!r}; expected one of {LANGUAGES} "
                              "(or inputs with db_path / graph / prompt)")
         errors: list[str] = []
-        if environment is None:
+        refs = environment_fields(inputs)
+        if environment is None and not refs:
+            errors.append("no environment references on the case (db_path / graph / prompt): facts from the "
+                          "program text and feedback only")
+        elif environment is None:
             try:
-                environment = self.environment(environment_fields(inputs))
+                environment = self.environment(refs)
             except Exception as exc:  # noqa: BLE001 - a missing database or engine: reported, program-only facts kept
                 errors.append(f"no environment ({type(exc).__name__}: {str(exc)[:200]})")
         if language == "sql":

@@ -169,10 +169,7 @@ def diagnose_sql(program: str, execution: Execution | None, environment: Any, *,
     if tree is not None and schema is not None:
         facts += schema_facts(tree, schema)
     if execution is not None and not execution.ok:
-        where = first_error_location(execution.error_message or "")
-        if parse_error and not where:
-            where = parse_error
-        facts.append(error_fact(execution, where))
+        facts += _engine_error(execution, parse_error, facts)
     elif tree is None and parse_error:
         facts.append(Fact(Category.SYNTAX_ERROR, f"sqlglot cannot parse the query ({parse_error})"))
     if execution is not None and execution.ok:
@@ -182,6 +179,29 @@ def diagnose_sql(program: str, execution: Execution | None, environment: Any, *,
     if reference is not None and tree is not None:
         facts += reference_facts(tree, reference)
     return Diagnosis("sql", tuple(_dedup(facts)), shape.line() if shape else "", tuple(errors))
+
+
+# SQLite reports name errors as syntax errors; the schema facts name them precisely.
+_NAME_ERRORS = (
+    ("no such column", Category.UNKNOWN_COLUMN,
+     (Category.COLUMN_NOT_IN_TABLE, Category.COLUMN_FROM_UNJOINED_TABLE, Category.UNKNOWN_COLUMN)),
+    ("no such table", Category.UNKNOWN_TABLE, (Category.UNKNOWN_TABLE,)),
+    ("ambiguous column", Category.AMBIGUOUS_COLUMN, (Category.AMBIGUOUS_COLUMN,)),
+    ("misuse of aggregate", Category.AGGREGATE_WITHOUT_GROUP_BY, ()),
+)
+
+
+def _engine_error(execution: Execution, parse_error: str, facts: list[Fact]) -> list[Fact]:
+    """The engine's error as a fact: left out when a schema fact already explains it, else categorized
+    by what it says (a name error is not a syntax error) with its position when the engine gives one."""
+    message = (execution.error_message or "").lower()
+    for phrase, category, explained_by in _NAME_ERRORS:
+        if phrase in message:
+            if any(f.category in explained_by for f in facts):
+                return []
+            return [Fact(category, f"SQLite: {one_line(execution.error_message or '', 160)}")]
+    where = first_error_location(execution.error_message or "") or parse_error
+    return [error_fact(execution, where)]
 
 
 def _parse(sql: str) -> tuple[exp.Expression | None, str]:
