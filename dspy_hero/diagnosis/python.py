@@ -170,7 +170,8 @@ def _run_facts(report: dict[str, Any], code: str, examples: tuple) -> list[Fact]
             got = one_line(res.get("output", "").strip() or "(nothing)", 60)
             facts.append(Fact(Category.EXAMPLE_OUTPUT_DIFFERS, f"visible example {i + 1} (`{call}`) prints `{got}`; "
                               f"the prompt shows `{one_line(ex.shown, 60)}`"))
-    return facts
+    # an exception says more than a differing output: raised examples first (stable otherwise)
+    return sorted(facts, key=lambda f: f.category is not Category.EXAMPLE_RAISES)
 
 
 def _norm(text: str) -> str:

@@ -168,6 +168,8 @@ def diagnose_sql(program: str, execution: Execution | None, environment: Any, *,
     shape = sql_shape(tree) if tree is not None else None
     if tree is not None and schema is not None:
         facts += schema_facts(tree, schema)
+    elif tree is not None:  # no schema: what the text alone shows
+        facts += [f for select in tree.find_all(exp.Select) for f in _aggregate_facts(select)]
     if execution is not None and not execution.ok:
         facts += _engine_error(execution, parse_error, facts)
     elif tree is None and parse_error:
