@@ -28,8 +28,8 @@ from dspy_hero.diagnosis import count_categories
 from dspy_hero.metrics.sql import sql_execution_metric
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer, approx_tokens, build_cases
 from dspy_hero.optimizer.rollout import RolloutResult, _fields
+from dspy_hero.tasks.hub import shared_benchmarks_dir
 
-DEFAULT_SPIDER = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "spider"
 PREDICTOR = "generate"
 PROGRAM_INPUTS = ("question", "db_schema")
 
@@ -203,7 +203,7 @@ def measure(root: Path, seed: int = 0) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spider", type=Path, default=DEFAULT_SPIDER)
+    parser.add_argument("--spider", type=Path, default=shared_benchmarks_dir() / "spider")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "evidence.json")
     args = parser.parse_args(argv)

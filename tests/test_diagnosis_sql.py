@@ -84,6 +84,7 @@ def test_tables_joined_without_a_linking_condition(env):
     _, f = facts(env, "SELECT T1.name, T3.concert_name FROM singer AS T1 JOIN singer_in_concert AS T2 ON "
                  "T1.singer_id = T2.singer_id JOIN concert AS T3 ON T2.concert_id = T3.concert_id")
     assert Category.UNLINKED_JOIN not in f and Category.JOIN_NOT_ON_KEY not in f
+    assert Category.UNUSED_TABLE not in f  # a bridge table joins two others: it is used
 
 
 def test_join_on_columns_that_are_not_the_foreign_key(env):
@@ -115,6 +116,8 @@ def test_result_shapes_empty_null_only_and_repeated_rows(env):
     _, f = facts(env, "SELECT country FROM singer")
     assert f[Category.DUPLICATE_ROWS] == "1 of the 3 returned rows repeat an earlier row"
     _, f = facts(env, "SELECT DISTINCT country FROM singer")
+    assert f == {}
+    _, f = facts(env, "SELECT COUNT(*) FROM singer GROUP BY age")  # equal counts of different groups: not repeats
     assert f == {}
 
 
