@@ -103,6 +103,15 @@ def test_schema_text_parsing():
     assert schema.relationships == {"ACTED_IN": {("Person", "Movie")}} and schema.relationship_props["ACTED_IN"] == {"role"}
 
 
+def test_one_diagnoser_serves_sql_and_cypher_cases(diagnoser, refs, tmp_path):
+    import sqlite3
+
+    db = tmp_path / "t.sqlite"
+    sqlite3.connect(db).executescript("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1);")
+    d = diagnoser.diagnose(None, {"db_path": str(db)}, "SELECT b FROM t")  # the engine= option is Cypher's only
+    assert d.language == "sql" and d.primary is Category.UNKNOWN_COLUMN and not d.errors
+
+
 def test_one_call_diagnose_builds_and_closes_its_environment(refs):
     d = diagnose("cypher", refs, "MATCH (p:Persn) RETURN p")
     assert d.primary is Category.UNKNOWN_LABEL and "similar labels: `Person`" in d.facts[0].text

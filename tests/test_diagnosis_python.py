@@ -73,6 +73,12 @@ def test_a_program_that_loops_is_told_by_the_sandbox():
     assert d.primary is Category.TIMEOUT
 
 
+def test_a_case_the_metric_saw_time_out_is_not_run_again(env):
+    d = diagnose("python", {}, "def task_func(values):\n    while True:\n        pass\n", environment=env,
+                 feedback="failed: Timeout: ran past 30 s (a timeout scores 0)")
+    assert d.facts[0].category is Category.TIMEOUT and "not re-run" in d.facts[0].text
+
+
 def test_environment_from_the_case_fields_shares_one_sandbox():
     with Diagnoser() as dg:
         d = dg.diagnose(None, {"prompt": PROMPT, "entry_point": "task_func", "test_code": "assert False"},
