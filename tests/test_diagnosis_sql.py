@@ -68,6 +68,8 @@ def test_unqualified_column_of_a_table_not_joined(env):
 def test_unknown_column_and_table_suggest_the_schema_spelling(env):
     _, f = facts(env, "SELECT nam FROM singer")
     assert f[Category.UNKNOWN_COLUMN] == "no table has a column `nam`; similar columns in `singer`: `name`"
+    _, f = facts(env, "SELECT S.nam FROM singer AS S")
+    assert f[Category.UNKNOWN_COLUMN] == "no table has a column `nam` (used as `S.nam`); similar columns in `singer`: `name`"
     _, f = facts(env, "SELECT COUNT(*) FROM singers")
     assert f[Category.UNKNOWN_TABLE] == "table `singers` does not exist; similar tables: `singer`, `singer_in_concert`"
 

@@ -90,6 +90,18 @@ def test_local_8k_reflector_sees_at_least_12_cases_each_failing_one_with_a_diagn
     assert len(old) < len(shown)
 
 
+@pytest.mark.skipif(not (shared_benchmarks_dir() / "bird" / "mini_dev").is_dir(), reason="shared BIRD data absent")
+def test_bird_shaped_batch_at_8k_and_128k(bench):
+    results, examples, _ = bench.bird_batch(shared_benchmarks_dir() / "bird")
+    cases = build_cases(results, examples, "generate", pass_threshold=1.0, num_failing=32, num_passing=32)
+    text, shown = local_renderer(bench).render(cases)
+    assert len(shown) >= 12 and any(s.startswith("P") for s in shown)
+    assert all("\nDiagnosis: " in blocks(text)[s] for s in shown if s.startswith("F"))
+    assert "evidence: " in text  # BIRD's per-question hint is a case input, not a shared context
+    _, shown = DefaultEvidenceRenderer(context_window=128_000).render(cases)
+    assert len(shown) == 64
+
+
 @needs_spider
 def test_128k_reflector_sees_the_papers_32_plus_32(cases):
     lm = dspy.LM("openai/gpt-4o-mini")  # constructed, never called: its window comes from litellm's table
@@ -221,3 +233,32 @@ def test_one_case_always_shows_and_fields_are_cut():
     big = Case("F1", "e", False, 0.0, {"question": "word " * 2000}, {"sql": "SELECT 1"}, "fb")
     text, shown = DefaultEvidenceRenderer(token_budget=100, max_field_chars=100).render([big])
     assert shown == ["F1"] and len(text) <= 400
+
+
+def _ctx_case(cid: str, db: int) -> Case:
+    schema = f"CREATE TABLE t{db} (" + ", ".join(f"col{db}_{i} INTEGER" for i in range(40)) + ");"
+    return Case(cid, cid.lower(), cid.startswith("P"), float(cid.startswith("P")),
+                {"question": f"question {cid}?", "db_schema": schema, "db_id": f"db{db}"}, {"sql": "SELECT 1"}, "fb")
+
+
+def test_when_the_budget_binds_cases_of_shown_contexts_come_first():
+    cases = [_ctx_case(f"F{i}", i % 4) for i in range(1, 9)] + [_ctx_case(f"P{i}", (i + 1) % 4) for i in range(1, 9)]
+    everything = DefaultEvidenceRenderer(token_budget=10**6)
+    text, shown = everything.render(cases)
+    assert shown[:4] == ["F1", "P1", "F2", "P2"] and len(shown) == 16 and text.count("## Context ") == 4
+    tight = DefaultEvidenceRenderer(token_budget=900)
+    text, shown = tight.render(cases)
+    contexts = text.count("## Context ")
+    assert contexts < 4 and len(shown) >= 8, (contexts, shown)
+    assert shown[:4] == ["F1", "P4", "F5", "P8"]  # F1 opens db1; its other cases follow before db2 opens
+    assert shown[0] == "F1" and {s[0] for s in shown} == {"F", "P"}
+    # without the preference, the same budget opens a context per case and shows fewer
+    in_order = [c for i in range(8) for c in (cases[i], cases[8 + i])]
+    cost = 0
+    count = 0
+    for c in in_order:
+        block = approx_tokens(tight._block(c, None, [])) + approx_tokens(c.inputs["db_schema"])
+        if cost + block > 900:
+            break
+        cost, count = cost + block, count + 1
+    assert count < len(shown)

@@ -292,7 +292,7 @@ def _scope_facts(scope: Scope, schema: Schema, ctes: set[str]) -> list[Fact]:
             if alias.lower() in used:
                 used[alias.lower()].add(name.lower())
             if not schema.has_column(table, name):
-                facts.append(_missing_column(name, table, schema, set(tables.values())))
+                facts.append(_missing_column(name, table, schema, set(tables.values()), col.table))
             continue
         if name.lower() in aliases or derived:
             continue  # an output alias, or possibly a derived table's column
@@ -331,10 +331,10 @@ def _outer_has(scope: Scope | None, name: str, schema: Schema) -> bool:
     return False
 
 
-def _missing_column(name: str, table: str, schema: Schema, joined: set[str]) -> Fact:
+def _missing_column(name: str, table: str, schema: Schema, joined: set[str], written: str = "") -> Fact:
     holders = schema.tables_with(name)
     if not holders:
-        return _unknown_column(name, schema, [table], qualified=table)
+        return _unknown_column(name, schema, [table], qualified=written or table)
     in_query = [t for t in holders if t in joined]
     where = f"tables that have it: {_names(holders)}"
     if in_query and len(in_query) < len(holders):
