@@ -195,14 +195,17 @@ def measure(results: list[RolloutResult], examples: dict[str, Any], mutations: d
     out: dict[str, Any] = {"cases": {"failing": sum(not c.passed for c in cases), "passing": sum(c.passed for c in cases)},
                            "mutations": dict(sorted({m: list(mutations.values()).count(m) for m in set(mutations.values())}.items()))}
     renderers = {
-        f"local {n_ctx // 1024}K": DefaultEvidenceRenderer(context_window=n_ctx, max_output_tokens=max_tokens),
-        "128K": DefaultEvidenceRenderer(context_window=128_000),
-        "old default (3000 tokens)": DefaultEvidenceRenderer(token_budget=3000),
+        f"local {n_ctx // 1024}K": (DefaultEvidenceRenderer(context_window=n_ctx, max_output_tokens=max_tokens), cases),
+        f"local {n_ctx // 1024}K + training refs": (DefaultEvidenceRenderer(
+            context_window=n_ctx, max_output_tokens=max_tokens, training_references=True), ref_cases),
+        "128K": (DefaultEvidenceRenderer(context_window=128_000), cases),
+        "128K + training refs": (DefaultEvidenceRenderer(context_window=128_000, training_references=True), ref_cases),
+        "old default (3000 tokens)": (DefaultEvidenceRenderer(token_budget=3000), cases),
     }
     out["renderers"] = {}
-    for name, renderer in renderers.items():
-        text, shown = renderer.render(cases)
-        failing_shown = [c for c in cases if c.case_id in set(shown) and not c.passed]
+    for name, (renderer, batch) in renderers.items():
+        text, shown = renderer.render(batch)
+        failing_shown = [c for c in batch if c.case_id in set(shown) and not c.passed]
         out["renderers"][name] = {
             "budget_tokens": renderer.budget(),
             "evidence_tokens": approx_tokens(text),
@@ -239,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {out['cases']['failing']} failing + {out['cases']['passing']} passing cases; "
               f"mutations {out['mutations']}")
         for label, r in out["renderers"].items():
-            print(f"{label:>26}: budget {r['budget_tokens']:>6} tokens -> {r['shown_failing']:>2} failing + "
+            print(f"{label:>28}: budget {r['budget_tokens']:>6} tokens -> {r['shown_failing']:>2} failing + "
                   f"{r['shown_passing']:>2} passing shown ({r['evidence_tokens']} tokens, {r['contexts']} shared "
                   f"contexts, {r['failing_with_diagnosis_line']} failing with a diagnosis line)")
         for label in ("label_free", "training_references"):
