@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dspy_hero.diagnosis import Category, Diagnosis, Fact, count_categories
 
 
@@ -45,3 +47,5 @@ def test_line_and_label_free_view():
     assert all(c.describe() for c in Category) and {c for c in Category if c.from_reference} == {
         c for c in Category if c.name.startswith("REF_")}
     assert d.to_dict()["facts"][0] == {"category": "table the reference does not use", "text": "ref"}
+    again = Diagnosis.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert again == d and again.line() == d.line()
