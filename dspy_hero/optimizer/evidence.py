@@ -280,6 +280,7 @@ class DefaultEvidenceRenderer:
         self.context_min_chars = int(context_min_chars)
         self.context_fields = tuple(context_fields)
         self.max_categories = int(max_categories)
+        self._warned = False  # the unknown-window warning is given once per renderer, not every round
 
     # -- budget --
 
@@ -289,11 +290,12 @@ class DefaultEvidenceRenderer:
             return self.token_budget
         lm = self.reflection_lm if self.reflection_lm is not None else dspy.settings.lm
         window = self.context_window or context_window_of(lm)
-        if window is None:
+        if window is None and not self._warned:
+            self._warned = True
             logger.warning("evidence: the context window of reflection LM %r is unknown; sizing the evidence for "
                            "%d tokens. Pass evidence_token_budget=..., or context_window=... to the renderer.",
                            getattr(lm, "model", lm), DEFAULT_CONTEXT_WINDOW)
-            window = DEFAULT_CONTEXT_WINDOW
+        window = window or DEFAULT_CONTEXT_WINDOW
         max_tokens = self.max_output_tokens
         if max_tokens is None and lm is not None:
             max_tokens = (getattr(lm, "kwargs", None) or {}).get("max_tokens")
