@@ -68,3 +68,38 @@ def test_python_error_from_the_visible_example_is_fixed_in_the_sandbox():
     assert script.count("judge") == 0  # a failing program replaced by one that passes every check
     assert pred.code == FIXED.strip() and pred.changed
     assert trace.env_actions == 4 and trace.actions_used == 3
+
+
+SUMS_ALL = "def sum_even(xs):\n    return sum(xs)\n"  # runs its example without raising, prints 10, not 6
+
+
+def _python_refiner(**kwargs):
+    sandbox = PythonSandbox(timeout_s=20.0)
+    return HeroRefine(GenerateProgram("python", ["prompt"]),
+                      environment=lambda refs: environment_for(refs, sandbox=sandbox), **kwargs)
+
+
+def test_a_visible_example_that_prints_something_else_makes_the_program_suspect():
+    script = RoleScript(
+        generator={"code": SUMS_ALL},
+        refiner=[{"action": "revise", "argument": "only even numbers"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "example 1 prints 10; the prompt shows 6", "revised_program": FIXED},
+        judge={"reason": "should not be needed", "supported": False},
+    )
+    with dspy.context(lm=script.lm()):
+        pred = _python_refiner(only_failing=True)(Trap())
+    trace = pred.refinement
+    # no exception anywhere, yet the program is refined: its example's output differs from the prompt's
+    assert trace.initial_suspicions and "prints `10`" in trace.initial_suspicions[0]
+    assert "the prompt shows `6`" in script.seen["reviser"][0].inputs["diagnosis"]
+    verdict = trace.steps[1].verdict
+    assert verdict.accepted and verdict.stage == "checks" and script.count("judge") == 0
+    assert pred.code == FIXED.strip()
+
+
+def test_only_failing_leaves_a_program_whose_examples_print_what_the_prompt_shows():
+    script = RoleScript(generator={"code": FIXED}, refiner={"action": "stop", "argument": ""})
+    with dspy.context(lm=script.lm()):
+        pred = _python_refiner(only_failing=True)(Trap())
+    assert "refiner" not in script.seen and pred.refinement.initial_suspicions == []
+    assert pred.refinement.stop_reason.startswith("initial program is not suspect")
