@@ -103,3 +103,48 @@ def test_only_failing_leaves_a_program_whose_examples_print_what_the_prompt_show
         pred = _python_refiner(only_failing=True)(Trap())
     assert "refiner" not in script.seen and pred.refinement.initial_suspicions == []
     assert pred.refinement.stop_reason.startswith("initial program is not suspect")
+
+
+def test_the_cli_builds_its_demo_bank_verified_by_the_task_metric(tmp_path):
+    """A reference that runs its visible example but fails its tests is no verified example: the CLI
+    (like the harness and the notebooks) keeps only what the task metric passes."""
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+    from dspy_hero.refine.demos import verified_demo_bank
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-python")
+    base = task.train[0]  # parse_duration, with its hidden tests
+    good = base.copy(canonical_solution=_PARSE_DURATION)
+    bad = base.copy(canonical_solution="def parse_duration(text):\n    return 5415\n", prompt=base.prompt + " (copy)")
+    task.train = [good, bad]
+    lm = RoleScript().lm()
+    refiner = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=1)).refiner(task.make_program())
+    assert [d.program for d in refiner.demo_bank.demos] == [_PARSE_DURATION]
+    assert refiner.demo_bank.stats == {"considered": 2, "failed_metric": 1, "kept": 1}
+    # bare execution would have kept both: the wrong one runs its example without raising
+    assert len(HeroRefine(task.make_program(), environment=task.environment_for, demos=[good, bad]).demo_bank) == 2
+    with pytest.raises(TypeError, match="metric"):
+        verified_demo_bank([good], None)
+
+
+def test_an_empty_verified_bank_is_announced(caplog):
+    from dspy_hero.refine.demos import verified_demo_bank
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-python")  # no reference programs at all
+    with caplog.at_level("WARNING"):
+        bank = verified_demo_bank(task.train[:3], task.metric)
+    assert len(bank) == 0 and bank.stats["no_program"] == 3
+    assert "without retrieved examples" in caplog.text and "from_program" in caplog.text
+
+
+_PARSE_DURATION = '''import re
+
+
+def parse_duration(text: str) -> int:
+    m = re.fullmatch(r"(?:(\\d+)h)?(?:(\\d+)m)?(?:(\\d+)s)?", text)
+    if not text or m is None or not any(m.groups()):
+        raise ValueError(text)
+    h, mi, s = (int(g) if g else 0 for g in m.groups())
+    return h * 3600 + mi * 60 + s
+'''

@@ -584,6 +584,9 @@ def test_an_accepted_revision_seeds_a_second_one(db_path, stop_on_accept):
     assert second_request["program"] == two_columns and "at most 1" in second_request["diagnosis"]
     # the second turns the suspect program into a plausible one: the checks accept it
     assert second.verdict.accepted and second.verdict.stage == "checks"
+    if not stop_on_accept:  # the refiner reads that the program it now holds raises no suspicion
+        assert "it is now the current program; its diagnosis:\nno suspect signal" in \
+            script.seen["refiner"][2].inputs["evidence"]
     assert pred.sql == FIXED and [(r["before"], r["after"]) for r in trace.summary()["accepted_revisions"]] == [
         (WRONG, two_columns), (two_columns, FIXED)]
     snap = make(script).usage.of([trace])

@@ -423,8 +423,8 @@ class _Episode:
             self.current, proposal, reason, evidence, self.env, self.language, self.execute,
             current_passes=self.current_ok, current=self.assessment, assess=self.assess)
         ran = f"revision ran: {verdict.execution}" if verdict.execution else ""
-        trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict, evidence=ran,
-                  program_before=before, reasked=reasked)
+        step = trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
+                         evidence=ran, program_before=before, reasked=reasked)
         if not verdict.accepted:
             if proposal.strip():
                 self.rejected.append((proposal, f"{verdict.stage}: {verdict.reason}"))
@@ -432,6 +432,7 @@ class _Episode:
         # the accepted revision is the current program from now on (paper §4.2.2: it seeds the next step)
         self.current = proposal
         self.assessment = assessment if assessment is not None else self.assess(proposal, execution)
+        step.evidence += "\nit is now the current program; its diagnosis:\n" + self.assessment.render()
         if m.stop_on_accept and not self.assessment.suspect:
             trace.stop_reason = "accepted a revision that is not suspect (stop_on_accept)"
             return True
