@@ -83,7 +83,7 @@ def test_wrong_column_is_fixed_from_the_schema_probe(db_path, judge_when_failing
         assert trace.lm_calls_by_role == {"generator": 1, "refiner": 3, "reviser": 1, "judge": 1}
     else:  # the query failed to run; the revision passes every check with a plausible result: no judge
         assert verdict.accepted and verdict.stage == "checks" and not verdict.judge_called
-        assert "suspect" in verdict.reason and "judge" not in script.seen
+        assert "fails its checks" in verdict.reason and "judge" not in script.seen
         assert trace.lm_calls_by_role == {"generator": 1, "refiner": 3, "reviser": 1}
     summary = trace.summary()
     assert summary["accepted_revisions"] == [{"step": 2, "before": WRONG, "after": FIXED, "stage": verdict.stage,
@@ -91,11 +91,12 @@ def test_wrong_column_is_fixed_from_the_schema_probe(db_path, judge_when_failing
     assert summary["actions_used"] == 2 and summary["lm_calls"] == trace.lm_calls and summary["proposals"] == 1
 
 
-def test_judge_still_decides_when_the_current_program_runs(db_path):
-    # The current query runs with a plausible result (wrong or not, nothing questions it): a revision
-    # needs the judge.
+@pytest.mark.parametrize("current", ["SELECT name FROM singer WHERE age > 40", "SELECT name FROM singer WHERE age > 100"])
+def test_judge_still_decides_when_the_current_program_runs(db_path, current):
+    # The current query passes its checks (a plausible result, or an empty one: suspect, yet an empty
+    # answer can be right): a revision needs the judge.
     script = RoleScript(
-        generator={"sql": "SELECT name FROM singer WHERE age > 40"},
+        generator={"sql": current},
         refiner=[{"action": "revise", "argument": "maybe fewer rows"}, {"action": "stop", "argument": ""}],
         reviser={"reason": "a guess", "revised_program": FIXED},
         judge={"reason": "nothing in the evidence asks for this", "supported": False},
@@ -103,7 +104,7 @@ def test_judge_still_decides_when_the_current_program_runs(db_path):
     pred = run(script, make(script), db_path)
     verdict = pred.refinement.steps[1].verdict
     assert not verdict.accepted and verdict.stage == "judge" and verdict.judge_called and not pred.changed
-    assert pred.refinement.initial_suspicions == []
+    assert bool(pred.refinement.initial_suspicions) == current.endswith("100")
 
 
 def test_unsupported_revision_is_rejected_by_the_judge(db_path):
@@ -582,8 +583,8 @@ def test_an_accepted_revision_seeds_a_second_one(db_path, stop_on_accept):
     assert first.verdict.accepted and first.verdict.stage == "judge" and "at most 1" in first.verdict.execution
     second_request = script.seen["reviser"][1].inputs
     assert second_request["program"] == two_columns and "at most 1" in second_request["diagnosis"]
-    # the second turns the suspect program into a plausible one: the checks accept it
-    assert second.verdict.accepted and second.verdict.stage == "checks"
+    # the second revises a program that passes its checks (suspect, not failing): the judge decides again
+    assert second.verdict.accepted and second.verdict.stage == "judge" and script.count("judge") == 2
     if not stop_on_accept:  # the refiner reads that the program it now holds raises no suspicion
         assert "it is now the current program; its diagnosis:\nno suspect signal" in \
             script.seen["refiner"][2].inputs["evidence"]

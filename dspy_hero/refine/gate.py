@@ -8,14 +8,17 @@ change is motivated by the accumulated evidence (the probes, the diagnosis and t
 it is shown) rather than by a guess. A rejection never changes the current program, so a bad
 proposal costs an action but cannot make the result worse.
 
-Result-shape rules (``judge_when_failing=False``, the default; `suspect.assess` decides "suspect"):
-- the current program is suspect (an error, an empty result, a NULL-only column, a visible example
-  that raises or prints something else, ...) and the revision passes every check and is not suspect:
-  accepted by the checks, since the evidence already questions the current program and the revision
-  removes what questioned it;
+Result-shape rules (``judge_when_failing=False``, the default; `suspect.assess` decides "failing" and
+"suspect"):
+- the current program *fails* its checks (an error, a failed environment check, a visible example
+  that raises or prints something other than the prompt shows) and the revision passes every check
+  and is not suspect (no empty result, NULL-only column, result wider than asked, ...): accepted by
+  the checks, since the evidence already condemns the current program and the revision removes what
+  condemned it;
 - the current program is not suspect and the revision is: rejected by the checks (it would trade a
   plausible result for a questionable one);
-- otherwise (both suspect, or neither) the judge decides.
+- otherwise the judge decides; in particular any revision of a program that passes its checks (a
+  merely suspect result such as an empty one can be right).
 ``judge_when_failing=True`` is the paper's exact gate: the checks, then the judge, always.
 """
 
@@ -129,10 +132,10 @@ class EvidenceGate:
         if mine is not None and mine.suspect:
             shown += "\n" + "\n".join(f"SUSPECT: {s.text}" for s in mine.suspicions)
         if not self.judge_when_failing and mine is not None and current is not None:
-            if current.suspect and not mine.suspect:
-                return GateVerdict(True, "checks", "the current program is suspect (" + current.suspicions[0].text
-                                   + ") and the revision passes every check with a plausible result shape",
-                                   execution=shown), execution, mine
+            if current.failing and not mine.suspect:
+                why = current.suspicions[0].text if current.suspicions else current.check_note
+                return GateVerdict(True, "checks", f"the current program fails its checks ({why}) and the revision "
+                                   "passes every check with a plausible result shape", execution=shown), execution, mine
             if mine.suspect and not current.suspect:
                 return GateVerdict(False, "checks", "the revision is suspect (" + mine.suspicions[0].text
                                    + ") where the current program is not", execution=shown), execution, mine

@@ -6,7 +6,7 @@ treats a revision.
 *suspect* when what running it showed questions it:
 - any language: it did not run (an error, a failed environment check, a result cut at the row cap);
 - SQL and Cypher: an empty result, a column holding only NULL, and (SQL) more result columns than the
-  question can be asking for;
+  question can be asking for; (Cypher) a label, relationship type or property the graph lacks;
 - Python: a visible example raises, or prints something other than the prompt shows (the examples
   are part of the prompt, not labels).
 
@@ -35,7 +35,16 @@ SUSPECT_CATEGORIES = frozenset({
     Category.REJECTED, Category.RUNTIME_ERROR, Category.ENVIRONMENT_ERROR,
     Category.LOAD_ERROR, Category.MISSING_ENTRY_POINT, Category.EXAMPLE_RAISES, Category.EXAMPLE_OUTPUT_DIFFERS,
     Category.EMPTY_RESULT, Category.NULL_COLUMN, Category.TRUNCATED_RESULT,
+    Category.UNKNOWN_LABEL, Category.UNKNOWN_RELATIONSHIP, Category.UNKNOWN_PROPERTY,
 })
+
+# Suspicions that mean the program fails a check of its own task, not just that its result looks odd:
+# a visible example prints something other than the prompt shows, or a Cypher query names a label,
+# relationship type or property the graph does not have (Cypher's silent analogue of SQL's
+# "no such column", which SQLite reports as an error).
+FAILED_CHECK_CATEGORIES = frozenset({Category.EXAMPLE_OUTPUT_DIFFERS, Category.EXAMPLE_RAISES, Category.LOAD_ERROR,
+                                     Category.MISSING_ENTRY_POINT, Category.UNKNOWN_LABEL,
+                                     Category.UNKNOWN_RELATIONSHIP, Category.UNKNOWN_PROPERTY})
 
 # Phrases that ask for every attribute: no bound on the column count.
 _ALL_COLUMNS = re.compile(r"\b(all (the )?(information|info|details|attributes|columns|fields|data)|everything|"
@@ -88,6 +97,14 @@ class Assessment:
     def passes_checks(self) -> bool:
         """Ran and the environment's check did not fail (a check that raised does not undo a run)."""
         return self.ran and self.check_passed is not False
+
+    @property
+    def failing(self) -> bool:
+        """Fails its task's own checks: it does not run, the environment's check fails, or a visible
+        example raises or prints something other than the prompt shows. A result that merely looks
+        odd (empty, NULL-only, wider than asked) is suspect but not failing: some right answers are
+        empty, so only the judge may replace such a program."""
+        return not self.passes_checks or any(s.category in FAILED_CHECK_CATEGORIES for s in self.suspicions)
 
     def lines(self, max_facts: int = 8) -> list[str]:
         """Diagnosis lines, one fact each: suspicions first, then the other facts, then what failed."""
