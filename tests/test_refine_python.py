@@ -148,3 +148,12 @@ def parse_duration(text: str) -> int:
     h, mi, s = (int(g) if g else 0 for g in m.groups())
     return h * 3600 + mi * 60 + s
 '''
+
+
+def test_the_last_action_revises_a_program_whose_example_prints_something_else():
+    script = RoleScript(generator={"code": SUMS_ALL}, refiner={"action": "stop", "argument": ""},
+                        reviser={"reason": "example 1 prints 10, the prompt shows 6", "revised_program": FIXED})
+    with dspy.context(lm=script.lm()):
+        pred = _python_refiner(budget=1)(Trap())
+    assert "refiner" not in script.seen and script.count("reviser") == 1  # a failing program: no time to look
+    assert pred.code == FIXED.strip() and pred.refinement.steps[1].verdict.stage == "checks"

@@ -583,6 +583,7 @@ def test_an_accepted_revision_seeds_a_second_one(db_path, stop_on_accept):
     assert first.verdict.accepted and first.verdict.stage == "judge" and "at most 1" in first.verdict.execution
     second_request = script.seen["reviser"][1].inputs
     assert second_request["program"] == two_columns and "at most 1" in second_request["diagnosis"]
+    assert "result: 3 row(s) x 2 column(s) ['name', 'country']" in second_request["diagnosis"]
     # the second revises a program that passes its checks (suspect, not failing): the judge decides again
     assert second.verdict.accepted and second.verdict.stage == "judge" and script.count("judge") == 2
     if not stop_on_accept:  # the refiner reads that the program it now holds raises no suspicion

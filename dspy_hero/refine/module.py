@@ -26,7 +26,7 @@ accepted revision that is not suspect (the behaviour before accepted revisions s
 Two rules keep a weak refiner from wasting the budget: a probe or diagnosis identical to an earlier
 one is taken as the request to revise (its evidence is already on show; the 1.5B refiner otherwise
 probed the same schema three times in a row); and when one action is left and the current program
-still fails to run or pass its check, that action is a revision (``revise_on_error``). A second
+still fails (`Assessment.failing`), that action is a revision (``revise_on_error``). A second
 ``retrieve`` costs an action but no LM call.
 
 The gate (`gate.EvidenceGate`). Programmatic checks first. By default (``judge_when_failing=False``)
@@ -106,9 +106,10 @@ class HeroRefine(dspy.Module):
         refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
         stop_on_accept: end the episode after an accepted revision that is not suspect (default False:
             an accepted revision seeds the next step, as in the paper).
-        revise_on_error: when the current program does not execute and one action is left, that action
-            is a revision (without asking the refiner): an execution error is the strongest evidence there
-            is, and small refiners otherwise spend the whole budget looking instead of fixing.
+        revise_on_error: when the current program fails (does not run, fails its check or a visible
+            example) and one action is left, that action is a revision (without asking the refiner): a
+            failure is the strongest evidence there is, and small refiners otherwise spend the whole
+            budget looking instead of fixing.
         max_evidence_chars: cap on the rendered evidence shown to each LM call.
         only_failing: return an initial program that is not suspect (`suspect.assess`: it runs, passes
             its check, and no signal questions its result) without refining it. Off by default (the
@@ -321,7 +322,7 @@ class _Episode:
         # spend budget (small models otherwise repeat it).
         can_retrieve = (m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
                         and not any(s.action == RETRIEVE for s in trace.steps))
-        if m.revise_on_error and left == 1 and not self.current_ok:
+        if m.revise_on_error and left == 1 and (self.assessment is None or self.assessment.failing):
             trace.actions_used += 1
             return self._revise("the current program fails: fix what the evidence shows is wrong")
         self.counter.role = "refiner"

@@ -88,6 +88,7 @@ class Assessment:
     suspicions: tuple[Suspicion, ...] = ()
     diagnosis: Diagnosis | None = None
     notes: tuple[str, ...] = field(default=())  # what could not be assessed (never silent)
+    result: str = ""  # the result's shape ("3 row(s) x 1 column(s) ['name']"), when it has rows
 
     @property
     def suspect(self) -> bool:
@@ -109,6 +110,8 @@ class Assessment:
     def lines(self, max_facts: int = 8) -> list[str]:
         """Diagnosis lines, one fact each: suspicions first, then the other facts, then what failed."""
         out = [f"SUSPECT: {s.text}" for s in self.suspicions]
+        if self.result:
+            out.append(f"result: {self.result}")
         shown = {s.text for s in self.suspicions}
         if self.diagnosis is not None:
             out += [f"fact: {f.text}" for f in self.diagnosis.facts if f.text not in shown]
@@ -166,7 +169,12 @@ def assess(
             suspicions.append(Suspicion(
                 f"it returns {execution.column_count} columns {list(execution.columns or ())} but the question asks "
                 f"for at most {bound}", Category.WRONG_COLUMN_COUNT))
-    return Assessment(execution.ok, check_passed, check_note, tuple(_unique(suspicions)), diagnosis, tuple(notes))
+    result = ""
+    if execution.ok and execution.rows is not None:
+        result = f"{execution.row_count} row(s) x {execution.column_count} column(s)" + (
+            f" {list(execution.columns)}" if execution.columns else "")
+    return Assessment(execution.ok, check_passed, check_note, tuple(_unique(suspicions)), diagnosis, tuple(notes),
+                      result)
 
 
 def _unique(items: list[Suspicion]) -> list[Suspicion]:
