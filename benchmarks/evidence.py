@@ -1,5 +1,5 @@
 """How much evidence a reflection LM sees: cases shown at 8K vs 128K context, and the counted
-failure categories, for a Spider-shaped diagnosis batch (32 failing + 32 passing cases).
+failure categories, for Spider- and BIRD-shaped diagnosis batches (32 failing + 32 passing cases).
 
 The batch is built from the shared Spider data with the real SQLite executor and the real Spider
 execution metric: passing cases run the gold query; failing cases run a gold query changed the way
@@ -8,7 +8,7 @@ a dropped DISTINCT / GROUP BY / LIMIT, an extra unlinked table, a plain column n
 aggregate), kept only when the metric really scores it 0. No LM is run: the renderers are
 constructed with the local model's default context (`local_lm`'s ``n_ctx``) and with a 128K model.
 
-    python benchmarks/evidence.py [--spider DIR] [--out benchmarks/results/evidence.json]
+    python benchmarks/evidence.py [--spider DIR] [--bird DIR] [--out benchmarks/results/evidence.json]
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from dspy_hero.diagnosis import count_categories
 from dspy_hero.metrics.sql import sql_execution_metric
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer, approx_tokens, build_cases
 from dspy_hero.optimizer.rollout import RolloutResult, _fields
+from dspy_hero.tasks.hub import shared_benchmarks_dir
 
-DEFAULT_SPIDER = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks" / "spider"
 PREDICTOR = "generate"
-PROGRAM_INPUTS = ("question", "db_schema")
 
 
 def _swap_alias(tree: exp.Expression) -> bool:
@@ -118,13 +117,31 @@ def wrong_query(gold: str, tables: list[str], start: int, first: str | None = No
 def spider_batch(root: Path, num_failing: int = 32, num_passing: int = 32, seed: int = 0
                  ) -> tuple[list[RolloutResult], dict[str, Any], dict[str, str]]:
     """(rollout results, examples by id, mutation by failing example id) from Spider dev."""
-    from dspy_hero.diagnosis.sql import read_schema
-    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
     from dspy_hero.tasks.spider import read_spider
 
     examples, _ = read_spider(root, "dev.json")
+    return make_batch(examples, "spider", ("question", "db_schema"), num_failing, num_passing, seed)
+
+
+def bird_batch(root: Path, num_failing: int = 32, num_passing: int = 32, seed: int = 0
+               ) -> tuple[list[RolloutResult], dict[str, Any], dict[str, str]]:
+    """The same from BIRD mini-dev on the schema-only databases (every query returns no rows there, so
+    the failing cases are the mutations that do not execute: a column or table the schema lacks)."""
+    from dspy_hero.tasks.bird import read_bird
+
+    examples, _ = read_bird(root, "mini_dev")
+    return make_batch(examples, "bird", ("question", "db_schema", "evidence"), num_failing, num_passing, seed)
+
+
+def make_batch(examples: list[Any], semantics: str, program_inputs: tuple[str, ...], num_failing: int,
+               num_passing: int, seed: int) -> tuple[list[RolloutResult], dict[str, Any], dict[str, str]]:
+    """Passing cases run the gold query, failing ones a mutation of it the real metric scores 0."""
+    from dspy_hero.diagnosis.sql import read_schema
+    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+
+    examples = list(examples)
     random.Random(seed).shuffle(examples)
-    metric = sql_execution_metric("spider")
+    metric = sql_execution_metric(semantics)
     results: list[RolloutResult] = []
     by_id: dict[str, Any] = {}
     mutations: dict[str, str] = {}
@@ -149,7 +166,7 @@ def spider_batch(root: Path, num_failing: int = 32, num_passing: int = 32, seed:
         if (out.score < 1.0) != want_fail:
             continue  # a mutation that still scores 1, or a gold that does not: not the case we want
         ex_id = ex.example_id
-        inputs = {k: ex[k] for k in PROGRAM_INPUTS}
+        inputs = {k: ex[k] for k in program_inputs}
         results.append(RolloutResult(ex_id, float(out.score), out.feedback, outputs={"sql": sql},
                                      traces={PREDICTOR: [{"inputs": _fields(inputs), "outputs": {"sql": sql}}]}))
         by_id[ex_id] = ex
@@ -169,8 +186,8 @@ def local_context() -> tuple[int, int]:
     return int(params["n_ctx"].default), int(params["max_tokens"].default)
 
 
-def measure(root: Path, seed: int = 0) -> dict[str, Any]:
-    results, examples, mutations = spider_batch(root, seed=seed)
+def measure(results: list[RolloutResult], examples: dict[str, Any], mutations: dict[str, str]) -> dict[str, Any]:
+    """Cases shown per renderer and the counted categories, label-free and with training references."""
     cases = build_cases(results, examples, PREDICTOR, pass_threshold=1.0, num_failing=32, num_passing=32)
     ref_cases = build_cases(results, examples, PREDICTOR, pass_threshold=1.0, num_failing=32, num_passing=32,
                             training_references=True)
@@ -178,14 +195,17 @@ def measure(root: Path, seed: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {"cases": {"failing": sum(not c.passed for c in cases), "passing": sum(c.passed for c in cases)},
                            "mutations": dict(sorted({m: list(mutations.values()).count(m) for m in set(mutations.values())}.items()))}
     renderers = {
-        f"local {n_ctx // 1024}K": DefaultEvidenceRenderer(context_window=n_ctx, max_output_tokens=max_tokens),
-        "128K": DefaultEvidenceRenderer(context_window=128_000),
-        "old default (3000 tokens)": DefaultEvidenceRenderer(token_budget=3000),
+        f"local {n_ctx // 1024}K": (DefaultEvidenceRenderer(context_window=n_ctx, max_output_tokens=max_tokens), cases),
+        f"local {n_ctx // 1024}K + training refs": (DefaultEvidenceRenderer(
+            context_window=n_ctx, max_output_tokens=max_tokens, training_references=True), ref_cases),
+        "128K": (DefaultEvidenceRenderer(context_window=128_000), cases),
+        "128K + training refs": (DefaultEvidenceRenderer(context_window=128_000, training_references=True), ref_cases),
+        "old default (3000 tokens)": (DefaultEvidenceRenderer(token_budget=3000), cases),
     }
     out["renderers"] = {}
-    for name, renderer in renderers.items():
-        text, shown = renderer.render(cases)
-        failing_shown = [c for c in cases if c.case_id in set(shown) and not c.passed]
+    for name, (renderer, batch) in renderers.items():
+        text, shown = renderer.render(batch)
+        failing_shown = [c for c in batch if c.case_id in set(shown) and not c.passed]
         out["renderers"][name] = {
             "budget_tokens": renderer.budget(),
             "evidence_tokens": approx_tokens(text),
@@ -203,26 +223,33 @@ def measure(root: Path, seed: int = 0) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spider", type=Path, default=DEFAULT_SPIDER)
+    parser.add_argument("--spider", type=Path, default=shared_benchmarks_dir() / "spider")
+    parser.add_argument("--bird", type=Path, default=shared_benchmarks_dir() / "bird")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "evidence.json")
     args = parser.parse_args(argv)
-    if not (args.spider / "dev.json").is_file():
-        print(f"Spider data not found at {args.spider} (expected dev.json and databases/)", file=sys.stderr)
+    batches = {}
+    if (args.spider / "dev.json").is_file():
+        batches["spider"] = spider_batch(args.spider, seed=args.seed)
+    if (args.bird / "mini_dev").is_dir():
+        batches["bird_mini_dev_schema_only"] = bird_batch(args.bird, seed=args.seed)
+    if not batches:
+        print(f"no benchmark data at {args.spider} or {args.bird}", file=sys.stderr)
         return 2
-    out = measure(args.spider, args.seed)
-    print(f"batch: {out['cases']['failing']} failing + {out['cases']['passing']} passing Spider cases; "
-          f"mutations {out['mutations']}")
-    for name, r in out["renderers"].items():
-        print(f"{name:>26}: budget {r['budget_tokens']:>6} tokens -> {r['shown_failing']:>2} failing + "
-              f"{r['shown_passing']:>2} passing shown ({r['evidence_tokens']} tokens, {r['contexts']} shared contexts, "
-              f"{r['failing_with_diagnosis_line']} failing with a diagnosis line)")
-    for label in ("label_free", "training_references"):
-        print(f"categories ({label}):")
-        for cat, n in out[f"categories_{label}"].items():
-            print(f"  {n:>3}  {cat}")
+    report = {}
+    for name, batch in batches.items():
+        out = report[name] = measure(*batch)
+        print(f"{name}: {out['cases']['failing']} failing + {out['cases']['passing']} passing cases; "
+              f"mutations {out['mutations']}")
+        for label, r in out["renderers"].items():
+            print(f"{label:>28}: budget {r['budget_tokens']:>6} tokens -> {r['shown_failing']:>2} failing + "
+                  f"{r['shown_passing']:>2} passing shown ({r['evidence_tokens']} tokens, {r['contexts']} shared "
+                  f"contexts, {r['failing_with_diagnosis_line']} failing with a diagnosis line)")
+        for label in ("label_free", "training_references"):
+            print(f"  categories ({label}): " + ", ".join(f"{cat} {n}" for cat, n in out[f"categories_{label}"].items()))
+        print()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 

@@ -6,8 +6,8 @@ import pytest
 
 cypher = pytest.importorskip("dspy_hero.execution.cypher", reason="the embedded Cypher engine is not installed")
 
-from dspy_hero.diagnosis import Category, Diagnoser, diagnose  # noqa: E402
-from dspy_hero.diagnosis.cypher import parse_graph_schema, query_patterns  # noqa: E402
+from dspy_hero.diagnosis import Category, Diagnoser, diagnose
+from dspy_hero.diagnosis.cypher import parse_graph_schema, query_patterns
 
 SCRIPT = """
 CREATE (a:Person {name: 'Ann', born: 1970}), (b:Person {name: 'Bob', born: 1980}), (c:Person {name: 'Cid', born: 1990}),
@@ -89,7 +89,7 @@ def test_string_literals_are_not_read_as_patterns():
 def test_reference_pattern_only_when_passed(diagnoser, refs):
     pred = "MATCH (p:Person)-[:DIRECTED]->(m:Movie) RETURN p.name"
     ref = "MATCH (p:Person)-[:ACTED_IN]->(m:Movie) RETURN DISTINCT p.name"
-    d, f = facts(diagnoser, refs, pred)
+    _d, f = facts(diagnoser, refs, pred)
     assert not any(c.from_reference for c in f)
     _, f = facts(diagnoser, refs, pred, reference=ref)
     assert f[Category.REF_PATTERN] == "the reference pattern uses `ACTED_IN`, the prediction `DIRECTED` instead"
@@ -101,6 +101,15 @@ def test_schema_text_parsing():
                                 "Relationship types:\n  (:Person)-[:ACTED_IN {role: STRING}]->(:Movie)\n")
     assert schema.labels == {"Movie": {"released", "title"}}
     assert schema.relationships == {"ACTED_IN": {("Person", "Movie")}} and schema.relationship_props["ACTED_IN"] == {"role"}
+
+
+def test_one_diagnoser_serves_sql_and_cypher_cases(diagnoser, refs, tmp_path):
+    import sqlite3
+
+    db = tmp_path / "t.sqlite"
+    sqlite3.connect(db).executescript("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1);")
+    d = diagnoser.diagnose(None, {"db_path": str(db)}, "SELECT b FROM t")  # the engine= option is Cypher's only
+    assert d.language == "sql" and d.primary is Category.UNKNOWN_COLUMN and not d.errors
 
 
 def test_one_call_diagnose_builds_and_closes_its_environment(refs):

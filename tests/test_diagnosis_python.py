@@ -53,7 +53,7 @@ def test_visible_example_whose_output_differs_from_the_prompt(env):
 
 
 def test_load_error_with_its_line(env):
-    d, f = facts(env, "import math\nimport no_such_module_xyz\ndef task_func(values):\n    return 0\n")
+    _d, f = facts(env, "import math\nimport no_such_module_xyz\ndef task_func(values):\n    return 0\n")
     assert f == {Category.LOAD_ERROR: "ModuleNotFoundError at line 2 (`import no_such_module_xyz`) while loading "
                                       "the program: No module named 'no_such_module_xyz'"}
 
@@ -69,8 +69,14 @@ def test_syntax_error_and_missing_entry_point_are_read_from_the_text(env):
 
 def test_a_program_that_loops_is_told_by_the_sandbox():
     env = PythonEnvironment(PythonSandbox(timeout_s=3), prompt=PROMPT, entry_point="task_func")
-    d, f = facts(env, "def task_func(values):\n    while True:\n        pass\n")
+    d, _f = facts(env, "def task_func(values):\n    while True:\n        pass\n")
     assert d.primary is Category.TIMEOUT
+
+
+def test_a_case_the_metric_saw_time_out_is_not_run_again(env):
+    d = diagnose("python", {}, "def task_func(values):\n    while True:\n        pass\n", environment=env,
+                 feedback="failed: Timeout: ran past 30 s (a timeout scores 0)")
+    assert d.facts[0].category is Category.TIMEOUT and "not re-run" in d.facts[0].text
 
 
 def test_environment_from_the_case_fields_shares_one_sandbox():

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 
 import pytest
 
 from dspy_hero.diagnosis import Category, Diagnoser, diagnose
 from dspy_hero.diagnosis.fields import read
 from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+from dspy_hero.tasks.hub import shared_benchmarks_dir
+
+BENCH = shared_benchmarks_dir()
+SHAPES = {Category.EMPTY_RESULT, Category.NULL_COLUMN, Category.DUPLICATE_ROWS}
 
 SCHEMA = """
 CREATE TABLE stadium (stadium_id INTEGER PRIMARY KEY, location TEXT, name TEXT, capacity INTEGER);
@@ -68,6 +73,8 @@ def test_unqualified_column_of_a_table_not_joined(env):
 def test_unknown_column_and_table_suggest_the_schema_spelling(env):
     _, f = facts(env, "SELECT nam FROM singer")
     assert f[Category.UNKNOWN_COLUMN] == "no table has a column `nam`; similar columns in `singer`: `name`"
+    _, f = facts(env, "SELECT S.nam FROM singer AS S")
+    assert f[Category.UNKNOWN_COLUMN] == "no table has a column `nam` (used as `S.nam`); similar columns in `singer`: `name`"
     _, f = facts(env, "SELECT COUNT(*) FROM singers")
     assert f[Category.UNKNOWN_TABLE] == "table `singers` does not exist; similar tables: `singer`, `singer_in_concert`"
 
@@ -84,6 +91,7 @@ def test_tables_joined_without_a_linking_condition(env):
     _, f = facts(env, "SELECT T1.name, T3.concert_name FROM singer AS T1 JOIN singer_in_concert AS T2 ON "
                  "T1.singer_id = T2.singer_id JOIN concert AS T3 ON T2.concert_id = T3.concert_id")
     assert Category.UNLINKED_JOIN not in f and Category.JOIN_NOT_ON_KEY not in f
+    assert Category.UNUSED_TABLE not in f  # a bridge table joins two others: it is used
 
 
 def test_join_on_columns_that_are_not_the_foreign_key(env):
@@ -116,6 +124,8 @@ def test_result_shapes_empty_null_only_and_repeated_rows(env):
     assert f[Category.DUPLICATE_ROWS] == "1 of the 3 returned rows repeat an earlier row"
     _, f = facts(env, "SELECT DISTINCT country FROM singer")
     assert f == {}
+    _, f = facts(env, "SELECT COUNT(*) FROM singer GROUP BY age")  # equal counts of different groups: not repeats
+    assert f == {}
 
 
 def test_the_metric_feedback_property_is_tied_to_the_clauses_that_decide_it(env):
@@ -147,6 +157,12 @@ def test_correct_queries_get_no_schema_fact(env):
         "SELECT name FROM singer WHERE singer_id IN (SELECT singer_id FROM singer_in_concert WHERE concert_id = singer.singer_id)",
         "SELECT country, COUNT(*) AS n FROM singer GROUP BY country ORDER BY n DESC",
         "SELECT name FROM singer UNION SELECT name FROM stadium",
+        "SELECT name, RANK() OVER (ORDER BY age) FROM singer",  # a window function is not a grouping aggregate
+        "SELECT name, (SELECT MAX(age) FROM singer) FROM singer",  # nor is a scalar subquery's
+        "SELECT name, MAX(age) FROM singer",  # SQLite's bare-column rule: the name of the oldest
+        ("SELECT name FROM singer WHERE singer_id IN (SELECT T1.singer_id FROM singer AS T1 JOIN singer_in_concert AS T2 "
+        "ON T1.singer_id = T2.singer_id)"),  # a key-only join inside IN: duplicates cannot matter
+        'SELECT name FROM singer WHERE country LIKE "%an%"',  # SQLite reads the double-quoted name as a string
     ):
         d = diagnose("sql", {}, sql, environment=env)
         assert d.facts == (), (sql, d.facts)
@@ -183,3 +199,39 @@ def test_environment_built_from_the_case_fields_and_reused(db):
     assert "database file not found" in missing.errors[0] and missing.primary is Category.ENVIRONMENT_ERROR
     bare = diagnose("sql", {}, "SELECT country, COUNT(*) FROM singer")  # no environment at all: text-only facts
     assert bare.primary is Category.AGGREGATE_WITHOUT_GROUP_BY and "no environment references" in bare.errors[0]
+
+
+def _gold_findings(examples) -> tuple[int, Counter]:
+    counts: Counter = Counter()
+    flagged = 0
+    with Diagnoser() as dg:
+        for ex in examples:
+            cats = [f.category for f in dg.diagnose("sql", {"db_path": ex.db_path}, ex.gold_sql).facts
+                    if f.category not in SHAPES]
+            flagged += bool(cats)
+            counts.update(cats)
+    return flagged, counts
+
+
+@pytest.mark.skipif(not (BENCH / "spider" / "dev.json").is_file(), reason="shared Spider data absent")
+def test_spider_gold_queries_are_almost_never_flagged():
+    """Precision on real data: a correct query should get no schema or join fact. The two Spider gold
+    queries flagged join a table only to keep the rows that have a match (a real repeat-or-drop join)."""
+    from dspy_hero.tasks.spider import read_spider
+
+    examples, _ = read_spider(BENCH / "spider", "dev.json")
+    flagged, counts = _gold_findings(examples)
+    assert len(examples) > 400 and flagged <= 2, counts
+    assert set(counts) <= {Category.UNUSED_TABLE}
+
+
+@pytest.mark.skipif(not (BENCH / "bird" / "mini_dev").is_dir(), reason="shared BIRD data absent")
+def test_bird_gold_queries_are_almost_never_flagged():
+    from dspy_hero.tasks.bird import read_bird
+
+    examples, _ = read_bird(BENCH / "bird", "mini_dev")
+    flagged, counts = _gold_findings(examples)
+    assert len(examples) == 500 and flagged <= 5, counts
+    assert not counts.keys() & {Category.COLUMN_NOT_IN_TABLE, Category.UNKNOWN_COLUMN, Category.UNKNOWN_TABLE,
+                                Category.COLUMN_FROM_UNJOINED_TABLE, Category.AMBIGUOUS_COLUMN, Category.UNLINKED_JOIN,
+                                Category.JOIN_NOT_ON_KEY}, counts

@@ -25,12 +25,13 @@ Floor 3: imports execution/, metrics/ and the bottom utilities only.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Self
 
 from dspy_hero.diagnosis.facts import Category, CategoryCount, Diagnosis, Fact, count_categories
 from dspy_hero.diagnosis.fields import environment_fields, language_of, program_text
-from dspy_hero.execution.base import Environment, Execution
+from dspy_hero.execution.base import TIMEOUT, Environment, Execution, failed
 
 __all__ = [
     "Category",
@@ -46,6 +47,10 @@ __all__ = [
 ]
 
 LANGUAGES = ("sql", "cypher", "python")
+# Which Diagnoser options each environment takes (one Diagnoser serves cases of several kinds).
+_OPTIONS = {"sql": ("timeout_s", "max_rows"), "cypher": ("engine", "timeout_s", "max_rows"),
+            "python": ("timeout_s", "visible_tests")}
+_TIMED_OUT = re.compile(rf"\b{TIMEOUT}\b")
 
 
 def diagnose(
@@ -80,12 +85,15 @@ class Diagnoser:
 
     `environment_factory` (inputs -> Environment) replaces the default, which builds environments
     with `dspy_hero.execution.environments.environment_for` and `environment_options` (e.g.
-    ``engine=`` to share a Cypher executor, ``sandbox=`` for Python).
+    ``engine=`` to share a Cypher executor, ``sandbox=`` for Python). `timeout_s` bounds each re-run
+    of a program (the metric already waited its own timeout; a diagnosis of 32 cases must not wait
+    32 of them), and a case whose feedback reports a Timeout is not re-run at all.
     """
 
-    def __init__(self, environment_factory: Any = None, **environment_options: Any) -> None:
+    def __init__(self, environment_factory: Any = None, *, timeout_s: float = 10.0, **environment_options: Any) -> None:
         self._factory = environment_factory
-        self._options = environment_options
+        self.timeout_s = float(timeout_s)
+        self._options = {"timeout_s": self.timeout_s, **environment_options}
         self._envs: dict[tuple, Environment] = {}
         self._sandbox: Any = None
         self._lock = threading.Lock()
@@ -107,15 +115,14 @@ class Diagnoser:
         with self._lock:
             if key is not None and key in self._envs:
                 return self._envs[key]
-            options = dict(self._options)
-            if environment_kind(inputs) == "python":
+            kind = environment_kind(inputs)
+            options = {k: v for k, v in self._options.items() if k in _OPTIONS.get(kind or "", ())}
+            if kind == "python":
                 if self._sandbox is None:
                     from dspy_hero.execution.python import PythonSandbox
 
-                    self._sandbox = options.pop("sandbox", None) or PythonSandbox()
+                    self._sandbox = self._options.get("sandbox") or PythonSandbox(timeout_s=self.timeout_s)
                 options["sandbox"] = self._sandbox
-            else:
-                options.pop("sandbox", None)
             env = environment_for(inputs, **options)
             if key is not None:
                 self._envs[key] = env
@@ -156,6 +163,8 @@ class Diagnoser:
                 environment = self.environment(refs)
             except Exception as exc:  # noqa: BLE001 - a missing database or engine: reported, program-only facts kept
                 errors.append(f"no environment ({type(exc).__name__}: {str(exc)[:200]})")
+        if execution is None and feedback and _TIMED_OUT.search(feedback):
+            execution = failed(TIMEOUT, "the program ran past the time limit when the metric ran it (not re-run)")
         if language == "sql":
             from dspy_hero.diagnosis.sql import diagnose_sql as run
         elif language == "cypher":

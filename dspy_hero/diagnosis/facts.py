@@ -186,6 +186,14 @@ class Diagnosis:
         return {"language": self.language, "facts": [f.to_dict() for f in self.facts],
                 "structure": self.structure, "errors": list(self.errors)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """The inverse of `to_dict` (a journal replays a round's diagnoses instead of re-running
+        programs whose output may vary, so a resumed run renders the same evidence)."""
+        by_value = {c.value: c for c in Category}
+        facts = tuple(Fact(by_value[f["category"]], f["text"]) for f in data.get("facts", ()))
+        return cls(data["language"], facts, data.get("structure", ""), tuple(data.get("errors", ())))
+
 
 @dataclass(frozen=True)
 class CategoryCount:

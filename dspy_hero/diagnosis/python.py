@@ -17,7 +17,7 @@ from typing import Any
 
 from dspy_hero.diagnosis.common import error_fact, one_line
 from dspy_hero.diagnosis.facts import Category, Diagnosis, Fact
-from dspy_hero.execution.base import Execution
+from dspy_hero.execution.base import TIMEOUT, Execution
 from dspy_hero.metrics.base import extract_code
 
 __all__ = ["diagnose_python", "static_facts"]
@@ -82,7 +82,9 @@ def diagnose_python(program: str, execution: Execution | None, environment: Any,
     errors: list[str] = []
     if facts and facts[0].category is Category.SYNTAX_ERROR:
         return Diagnosis("python", tuple(facts), structure)
-    if environment is not None and hasattr(environment, "sandbox"):
+    if execution is not None and execution.error_type == TIMEOUT:
+        facts.append(error_fact(execution))  # already timed out once: not re-run
+    elif environment is not None and hasattr(environment, "sandbox"):
         examples = tuple(getattr(environment, "examples", ()))
         run = _run(environment.sandbox, code, examples)
         if isinstance(run, Execution):  # timeout, resource limit, crash: the sandbox's own account

@@ -38,7 +38,7 @@ from dspy_hero.metrics.base import extract_code
 
 __all__ = ["Schema", "SqlShape", "diagnose_sql", "read_schema", "sql_shape"]
 
-_COLUMNS_QUERY = ("SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+_COLUMNS_QUERY = ("SELECT m.name, p.name, p.pk FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
                   "WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite_%' ORDER BY m.rowid, p.cid")
 _KEYS_QUERY = ('SELECT m.name, f."from", f."table", f."to" FROM sqlite_master AS m '
                "JOIN pragma_foreign_key_list(m.name) AS f WHERE m.type = 'table'")
@@ -46,10 +46,16 @@ _KEYS_QUERY = ('SELECT m.name, f."from", f."table", f."to" FROM sqlite_master AS
 
 @dataclass(frozen=True)
 class Schema:
-    """Tables with their columns (original spelling), and foreign keys (table, column, ref_table, ref_column)."""
+    """Tables with their columns (original spelling), foreign keys (table, column, ref_table, ref_column)
+    and primary-key columns."""
 
     tables: dict[str, tuple[str, ...]]
     foreign_keys: tuple[tuple[str, str, str, str | None], ...] = ()
+    primary_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def is_primary(self, table: str, column: str) -> bool:
+        """A declared primary-key column, or a column named `id` (the usual surrogate key)."""
+        return column.lower() == "id" or column.lower() in {k.lower() for k in self.primary_keys.get(table, ())}
 
     def table(self, name: str) -> str | None:
         low = name.lower()
@@ -86,11 +92,15 @@ def read_schema(environment: Any) -> Schema:
     if not cols.ok:
         raise RuntimeError(f"cannot read the schema: {cols.describe()}")
     tables: dict[str, list[str]] = {}
-    for table, column in cols.rows or ():
+    keys: dict[str, list[str]] = {}
+    for table, column, pk in cols.rows or ():
         tables.setdefault(str(table), []).append(str(column))
-    keys = run(_KEYS_QUERY)
-    fks = tuple((str(a), str(b), str(c), None if d is None else str(d)) for a, b, c, d in (keys.rows or ())) if keys.ok else ()
-    return Schema({t: tuple(c) for t, c in tables.items()}, fks)
+        if pk:
+            keys.setdefault(str(table), []).append(str(column))
+    fk_rows = run(_KEYS_QUERY)
+    fks = tuple((str(a), str(b), str(c), None if d is None else str(d))
+                for a, b, c, d in (fk_rows.rows or ())) if fk_rows.ok else ()
+    return Schema({t: tuple(c) for t, c in tables.items()}, fks, {t: tuple(k) for t, k in keys.items()})
 
 
 @dataclass
@@ -292,10 +302,11 @@ def _scope_facts(scope: Scope, schema: Schema, ctes: set[str]) -> list[Fact]:
             if alias.lower() in used:
                 used[alias.lower()].add(name.lower())
             if not schema.has_column(table, name):
-                facts.append(_missing_column(name, table, schema, set(tables.values())))
+                facts.append(_missing_column(name, table, schema, set(tables.values()), col.table))
             continue
         if name.lower() in aliases or derived:
             continue  # an output alias, or possibly a derived table's column
+        quoted = isinstance(col.this, exp.Identifier) and col.this.quoted
         holders = [a for a, t in tables.items() if schema.has_column(t, name)]
         if len(holders) == 1:
             used[holders[0]].add(name.lower())
@@ -308,6 +319,8 @@ def _scope_facts(scope: Scope, schema: Schema, ctes: set[str]) -> list[Fact]:
                 used[a].add(name.lower())
         elif _outer_has(scope.parent, name, schema):
             continue  # a correlated reference to an outer query's table
+        elif quoted and '"' in col.sql(dialect="sqlite"):
+            continue  # SQLite reads a double-quoted name that matches no column as a string literal
         else:
             others = schema.tables_with(name)
             if others:
@@ -331,10 +344,10 @@ def _outer_has(scope: Scope | None, name: str, schema: Schema) -> bool:
     return False
 
 
-def _missing_column(name: str, table: str, schema: Schema, joined: set[str]) -> Fact:
+def _missing_column(name: str, table: str, schema: Schema, joined: set[str], written: str = "") -> Fact:
     holders = schema.tables_with(name)
     if not holders:
-        return _unknown_column(name, schema, [table], qualified=table)
+        return _unknown_column(name, schema, [table], qualified=written or table)
     in_query = [t for t in holders if t in joined]
     where = f"tables that have it: {_names(holders)}"
     if in_query and len(in_query) < len(holders):
@@ -386,8 +399,12 @@ def _join_facts(select: exp.Select, tables: dict[str, str], schema: Schema, used
         a, b = sorted(pair)
         keys = schema.links(tables[a], tables[b])
         how = "the schema links them by"
-        if not keys:  # no declared key: two same-named id columns are the evident link
-            shared = [c.lower() for c in schema.tables[tables[a]] if schema.has_column(tables[b], c) and _looks_like_key(c)]
+        if not keys:  # no declared key: a same-named id column both tables have is the evident link
+            if any(schema.is_primary(tables[la], x) or schema.is_primary(tables[rb], y)
+                   or _named_link(tables[la], x, tables[rb], y) for la, x, rb, y in eqs):
+                continue  # `x_id = other.id`, `setCode = sets.code`: joined on a key, whatever its name
+            shared = [c.lower() for c in schema.tables[tables[a]] if schema.has_column(tables[b], c)
+                      and _looks_like_key(c) and not (schema.is_primary(tables[a], c) and schema.is_primary(tables[b], c))]
             keys, how = [(c, c) for c in shared], "both tables have"
         if not keys:
             continue
@@ -400,9 +417,16 @@ def _join_facts(select: exp.Select, tables: dict[str, str], schema: Schema, used
                 fk = ", ".join(f"`{tables[a]}.{k1}` = `{tables[b]}.{k2}`" for k1, k2 in keys[:2])
             facts.append(Fact(Category.JOIN_NOT_ON_KEY, f"`{tables[la]}` and `{tables[rb]}` are joined on "
                               f"`{x}` = `{y}`; {how} {fk}"))
-    for a in tables if not column_trouble else ():
+    # a table joined only for its key still counts rows under an aggregate, GROUP BY or DISTINCT
+    # (or duplicates cannot matter: the SELECT feeds IN / EXISTS / a set operation)
+    counts_rows = bool(select.args.get("group") or select.args.get("distinct")
+                       or any(e.find(exp.AggFunc) for e in select.expressions)
+                       or select.find_ancestor(exp.In, exp.Exists, exp.Union, exp.Except, exp.Intersect) is not None
+                       or isinstance(select.parent, (exp.Union, exp.Except, exp.Intersect)))
+    for a in tables if not (column_trouble or counts_rows) else ():
         degree = sum(1 for pair in links if a in pair)
-        if degree == 1 and used.get(a) and used[a] <= key_columns[a]:
+        if (degree == 1 and used.get(a) and used[a] <= key_columns[a]
+                and not any(schema.is_primary(tables[a], k) for k in key_columns[a])):
             facts.append(Fact(Category.UNUSED_TABLE, f"`{tables[a]}` is joined but only its join key is used "
                               "(it can only repeat or drop rows)"))
     return facts
@@ -424,6 +448,14 @@ def _component(start: str, links: dict[frozenset[str], Any]) -> set[str]:
     return seen
 
 
+def _named_link(a: str, x: str, b: str, y: str) -> bool:
+    """Column names that say they link the two tables: one name contains the other (`setcode` /
+    `code`) or names the other table (`link_to_event` / `event`)."""
+    x, y = x.lower(), y.lower()
+    stems = {a.lower().rstrip("s"), b.lower().rstrip("s")}
+    return x in y or y in x or any(stem and (stem in x or stem in y) for stem in stems)
+
+
 def _looks_like_key(column: str) -> bool:
     low = column.lower()
     return low == "id" or low.endswith(("_id", "id", "_key", "_code"))
@@ -439,9 +471,19 @@ def _alias_of(col: exp.Column, tables: dict[str, str], schema: Schema) -> str | 
 def _aggregate_facts(select: exp.Select) -> list[Fact]:
     if select.args.get("group") is not None:
         return []
-    aggs = [e for e in select.expressions if e.find(exp.AggFunc)]
-    plain = [e for e in select.expressions if not e.find(exp.AggFunc) and e.find(exp.Column)
+    def own(e: exp.Expression, kind: type) -> list[exp.Expression]:  # nodes of this SELECT, not of a subquery
+        return [n for n in e.find_all(kind) if n.find_ancestor(exp.Select) is select]
+
+    def grouping(e: exp.Expression) -> list[exp.Expression]:  # its aggregates, window functions excluded
+        return [a for a in own(e, exp.AggFunc) if a.find_ancestor(exp.Window) is None]
+
+    aggs = [e for e in select.expressions if grouping(e)]
+    plain = [e for e in select.expressions if not own(e, exp.AggFunc) and not own(e, exp.Window) and own(e, exp.Column)
              and not isinstance(e.unalias(), exp.Star)]
+    # SQLite's bare-column rule: next to a single MIN or MAX, plain columns come from that row
+    extremes = [a for e in aggs for a in grouping(e)]
+    if len(extremes) == 1 and isinstance(extremes[0], (exp.Min, exp.Max)):
+        return []
     if aggs and plain:
         return [Fact(Category.AGGREGATE_WITHOUT_GROUP_BY,
                      f"selects {_names([one_line(p.sql(dialect='sqlite'), 40) for p in plain])} next to "

@@ -11,6 +11,9 @@ What the renderer does, and why:
 - **Shared context once.** A database schema, a graph schema or a task prompt that several cases
   share is shown once per group of cases ("Context A"), not once per case: with a schema per case a
   BIRD-sized diagnosis showed 3 failing + 2 passing cases of the 32 + 32 asked for.
+- **Cases before contexts when the budget binds.** When not every case fits, each turn of the
+  failing/passing alternation takes a case whose context is already shown before one that needs a
+  new schema (the failure-pattern counts still cover every failing case).
 - **A budget sized from the reflection LM.** By default the token budget follows the reflection
   LM's context window (the local server's ``n_ctx``, litellm's model table, or a `context_window`
   you give), so a 128K-context model sees the paper's 32 + 32 cases and the local 8K model as many as
@@ -277,6 +280,7 @@ class DefaultEvidenceRenderer:
         self.context_min_chars = int(context_min_chars)
         self.context_fields = tuple(context_fields)
         self.max_categories = int(max_categories)
+        self._warned = False  # the unknown-window warning is given once per renderer, not every round
 
     # -- budget --
 
@@ -286,11 +290,12 @@ class DefaultEvidenceRenderer:
             return self.token_budget
         lm = self.reflection_lm if self.reflection_lm is not None else dspy.settings.lm
         window = self.context_window or context_window_of(lm)
-        if window is None:
+        if window is None and not self._warned:
+            self._warned = True
             logger.warning("evidence: the context window of reflection LM %r is unknown; sizing the evidence for "
                            "%d tokens. Pass evidence_token_budget=..., or context_window=... to the renderer.",
                            getattr(lm, "model", lm), DEFAULT_CONTEXT_WINDOW)
-            window = DEFAULT_CONTEXT_WINDOW
+        window = window or DEFAULT_CONTEXT_WINDOW
         max_tokens = self.max_output_tokens
         if max_tokens is None and lm is not None:
             max_tokens = (getattr(lm, "kwargs", None) or {}).get("max_tokens")
@@ -311,8 +316,11 @@ class DefaultEvidenceRenderer:
         used = header_cost
         chosen: list[tuple[Case, _Group | None]] = []
         opened: set[tuple] = set()
+        keys = {id(c): tuple((n, c.inputs[n]) for n in context_names if n in c.inputs) for c in order}
+        if self._cost(order, keys, context_names) + header_cost > budget:
+            order = self._group_first(order, keys)
         for case in order:
-            key = tuple((n, case.inputs[n]) for n in context_names if n in case.inputs)
+            key = keys[id(case)]
             group = None
             if key:
                 group = groups.setdefault(key, _Group("?", key, self._group_label(case)))
@@ -333,6 +341,34 @@ class DefaultEvidenceRenderer:
         if approx_tokens(text) > budget and len(chosen) == 1:  # one case is always shown, cut to the budget
             text = text[: max(200, budget * 4)]
         return text, [c.case_id for c, _ in chosen]
+
+    def _cost(self, order: list[Case], keys: dict[int, tuple], context_names: list[str]) -> int:
+        """Approximate tokens of rendering every case (each context once)."""
+        contexts = {keys[id(c)] for c in order if keys[id(c)]}
+        dummy = _Group("A", (), "")
+        return (sum(approx_tokens(self._block(c, dummy if keys[id(c)] else None, context_names)) for c in order)
+                + sum(approx_tokens("\n".join(f"{n}:\n{self._cut(v, self.max_context_chars, True)}" for n, v in k))
+                      for k in contexts))
+
+    @staticmethod
+    def _group_first(order: list[Case], keys: dict[int, tuple]) -> list[Case]:
+        """When not every case fits: the same alternation of failing and passing, but each turn takes
+        the first remaining case of its kind whose context is already open (it costs no second
+        schema), else the first remaining one. A BIRD-sized schema per database otherwise uses the
+        budget on contexts instead of cases."""
+        remaining = {True: [c for c in order if c.passed], False: [c for c in order if not c.passed]}
+        opened: set[tuple] = set()
+        out: list[Case] = []
+        turn = not remaining[False]
+        while remaining[True] or remaining[False]:
+            pool = remaining[turn] or remaining[not turn]
+            pick = next((c for c in pool if not keys[id(c)] or keys[id(c)] in opened), pool[0])
+            pool.remove(pick)
+            out.append(pick)
+            if keys[id(pick)]:
+                opened.add(keys[id(pick)])
+            turn = not turn
+        return out
 
     def _compose(self, chosen: list[tuple[Case, _Group | None]], failing: list[Case], context_names: list[str]) -> str:
         shown = {c.case_id for c, _ in chosen}

@@ -29,7 +29,7 @@ from typing import Any
 
 import dspy
 
-from dspy_hero.diagnosis import count_categories
+from dspy_hero.diagnosis import Category
 from dspy_hero.diagnosis.fields import is_environment_reference
 from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
@@ -86,19 +86,14 @@ def case_categories(case: Any) -> list[str]:
 
 
 def category_groups(cases: list[Any]) -> list[tuple[str, list[Any]]]:
-    """(category, failing cases counted under it), most frequent first; ties keep first appearance
-    (diagnosis categories: the enum's order, see `count_categories`)."""
-    diagnosed = [(c, getattr(c, "diagnosis", None)) for c in cases]
-    by_id = {c.case_id: c for c in cases}
+    """(category, failing cases counted under it), most frequent first; ties: diagnosis categories in
+    the enum's order (specific before generic, as `count_categories` ranks them), then first seen."""
     groups: OrderedDict[str, list[Any]] = OrderedDict()
-    if all(d is not None and d.label_free_only().facts for _, d in diagnosed) and cases:
-        for cc in count_categories([(c.case_id, d.label_free_only()) for c, d in diagnosed]):
-            groups[cc.category.value] = [by_id[i] for i in cc.case_ids]
-        return list(groups.items())
     for c in cases:
         for cat in case_categories(c):
             groups.setdefault(cat, []).append(c)
-    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    rank = {c.value: i for i, c in enumerate(Category)}
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), rank.get(kv[0], len(rank))))
 
 
 def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
@@ -129,8 +124,6 @@ def _render_case(case: Any, max_chars: int) -> str:
 def failure_pattern(category: str, group: list[Any], total: int, case: Any) -> str:
     """The pattern the reflector is asked to write a rule for: the counted category in words, and the
     chosen case's own instance of it."""
-    from dspy_hero.diagnosis.facts import Category
-
     known = {c.value: c for c in Category}
     words = known[category].describe() if category in known else f"the program failed with {category}"
     text = f"{len(group)} of {total} failing case(s): {words}."
