@@ -110,15 +110,15 @@ class Assessment:
     def lines(self, max_facts: int = 8) -> list[str]:
         """Diagnosis lines, one fact each: suspicions first, then the other facts, then what failed."""
         out = [f"SUSPECT: {s.text}" for s in self.suspicions]
-        if self.result:
-            out.append(f"result: {self.result}")
         shown = {s.text for s in self.suspicions}
         if self.diagnosis is not None:
             out += [f"fact: {f.text}" for f in self.diagnosis.facts if f.text not in shown]
-            if self.diagnosis.structure:
-                out.append(f"structure: {self.diagnosis.structure}")
-        out += [f"(not assessed: {n})" for n in self.notes]
-        return out[: max_facts + 1 + len(self.notes)]
+        out = out[:max_facts]
+        if self.result:
+            out.append(f"result: {self.result}")
+        if self.diagnosis is not None and self.diagnosis.structure:
+            out.append(f"structure: {self.diagnosis.structure}")
+        return out + [f"(not assessed: {n})" for n in self.notes]
 
     def render(self) -> str:
         lines = self.lines()
