@@ -11,14 +11,14 @@ proposal costs an action but cannot make the result worse.
 Result-shape rules (``judge_when_failing=False``, the default; `suspect.assess` decides "failing" and
 "suspect"):
 - the current program *fails* its checks (an error, a failed environment check, a visible example
-  that raises or prints something other than the prompt shows, a result wider than the question asks
-  for, ...) and the revision passes every check and is not suspect (no empty result, NULL-only
+  that raises, a result wider than the question asks for, ...) and the revision passes every check and is not suspect (no empty result, NULL-only
   column, ...): accepted by the checks, since the evidence already condemns the current program and
   the revision removes what condemned it;
 - the current program is not suspect and the revision is: rejected by the checks (it would trade a
   plausible result for a questionable one);
 - otherwise the judge decides; in particular any revision of a program that passes its checks (a
-  merely suspect result such as an empty one can be right).
+  merely suspect result, such as an empty one or a visible example printing something else, can be
+  right).
 ``judge_when_failing=True`` is the paper's exact gate: the checks, then the judge, always.
 """
 

@@ -31,7 +31,7 @@ still fails (`Assessment.failing`), that action is a revision (``revise_on_error
 
 The gate (`gate.EvidenceGate`). Programmatic checks first. By default (``judge_when_failing=False``)
 the result shape then decides where it can: a revision that turns a *failing* program (an error, a
-failed check, a visible example that raises or prints something else, more columns than asked) into
+failed check, a visible example that raises, more columns than asked) into
 one that passes every check and is not suspect is accepted by the checks; a revision that makes a
 non-suspect program suspect is rejected by them; everything else, in particular any revision of a
 program that already passes its checks (an empty result is suspect, yet sometimes right: 12 of the
@@ -107,8 +107,8 @@ class HeroRefine(dspy.Module):
         refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
         stop_on_accept: end the episode after an accepted revision that is not suspect (default False:
             an accepted revision seeds the next step, as in the paper).
-        revise_on_error: when the current program fails (does not run, fails its check or a visible
-            example) and one action is left, that action is a revision (without asking the refiner): a
+        revise_on_error: when the current program fails (`suspect.Assessment.failing`: it does not
+            run, fails its check, a visible example raises, ...) and one action is left, that action is a revision (without asking the refiner): a
             failure is the strongest evidence there is, and small refiners otherwise spend the whole
             budget looking instead of fixing.
         max_evidence_chars: cap on the rendered evidence shown to each LM call.
