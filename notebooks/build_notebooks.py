@@ -167,11 +167,13 @@ hero_o_report = evaluate_program(optimized, test, task.metric, name="hero_o", lm
 print(f"HERO-O pass@1: {hero_o_report.pass_at_1:.1%}  (seed {seed_report.pass_at_1:.1%})")'''
 
 REFINE = '''\
+from dspy_hero.refine.demos import verified_demo_bank
 from dspy_hero.refine.module import HeroRefine
 
-# The task's environments (one per database or graph, on the metric's engine) serve refinement and
-# the verification of the demos.
-refined = HeroRefine(generator=optimized, environment=task.environment_for, demos=task.train, budget=3)
+# The task's environments (one per database or graph, on the metric's engine) serve refinement; the
+# demos are training examples whose reference program the task metric verifies.
+demos = verified_demo_bank(task.train, task.metric)
+refined = HeroRefine(generator=optimized, environment=task.environment_for, demos=demos, budget=3)
 hero_t_report = evaluate_program(refined, test, task.metric, name="hero_t", lm=task_lm, num_threads=2)
 print(f"HERO-O + HERO-T pass@1: {hero_t_report.pass_at_1:.1%}")
 print("refinement usage:", refined.usage.snapshot())
