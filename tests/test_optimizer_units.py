@@ -1,5 +1,5 @@
 """Unit tests of HERO-O's decision objects: instructions, budget, pools, evidence, reflection parsing,
-guard, acceptance, selection, metric adapter."""
+guard, selection, metric adapter (acceptance: test_acceptance.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspy_hero.optimizer.acceptance import AdaptivePairedAcceptance, paired_bounds
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, gepa_auto_budget, plan_round, resolve_budget, rounds_for_budget
 from dspy_hero.optimizer.evidence import Case, DefaultEvidenceRenderer
@@ -226,53 +225,7 @@ def test_guard_blocks_labels_literals_and_copied_spans_but_allows_general_rules(
     assert not v.allowed and "copies" in v.reason
 
 
-# ---- acceptance ---------------------------------------------------------------------------------
-def _pairs(fn):
-    return lambda ids: {i: fn(int(i[1:])) for i in ids}
-
-
-ORDER = [f"u{i}" for i in range(64)]
-
-
-def test_acceptance_clear_cases_decide_after_initial_sample():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    good = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0)))
-    bad = acc.decide("c", ORDER, _pairs(lambda i: (1.0, 0.0)))
-    assert good.accepted and good.n == 8 and good.fixes == 8
-    assert not bad.accepted and bad.n == 8 and bad.breaks == 8
-
-
-def test_acceptance_uncertain_cases_get_more_examples():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    mixed = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 3 == 0 else (1.0, 0.0) if i % 3 == 1 else (1.0, 1.0)))
-    clear = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0)))
-    assert mixed.n == 32 > clear.n and mixed.stages == [8, 16, 32]
-
-
-def test_acceptance_rejects_more_breaks_than_fixes_and_below_margin():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    d = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (1.0, 0.0) if i % 4 in (1, 2) else (1.0, 1.0)))
-    assert not d.accepted and d.fixes > 0 and d.breaks > d.fixes
-    # estimate 0.25 is positive but below a 0.3 margin
-    strict = AdaptivePairedAcceptance(margin=0.3, initial=8, max_size=32)
-    d = strict.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (0.0, 0.0)))
-    assert not d.accepted and d.estimate == pytest.approx(0.25)
-    assert AdaptivePairedAcceptance(margin=0.0).decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (0.0, 0.0))).accepted
-
-
-def test_acceptance_with_short_budget_decides_on_what_it_has():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    d = acc.decide("c", ORDER, lambda ids: {i: (0.0, 1.0 if i == "u0" else 0.0) for i in ids[:3]})
-    assert d.n == 3 and d.accepted and "budget ran out" in d.reason
-    d = acc.decide("c", ORDER, lambda ids: {})
-    assert d.n == 0 and not d.accepted
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=1, max_size=64), st.floats(0.01, 0.4))
-def test_paired_bounds_contain_the_adjusted_mean(ds, alpha):
-    lo, hi = paired_bounds(ds, alpha)
-    assert -1.0 <= lo <= sum(ds) / (len(ds) + 2) <= hi <= 1.0
+# ---- acceptance: see tests/test_acceptance.py ------------------------------------------------
 
 
 # ---- selection ----------------------------------------------------------------------------------
