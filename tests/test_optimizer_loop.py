@@ -65,7 +65,9 @@ def test_candidate_that_fixes_some_and_breaks_more_is_rejected():
     train = make_examples(80, kinds=("count", "plain", "plain", "sum"))
     out, res, _, _ = run(train, [[LIMIT_RULE]], num_rounds=1)
     d = decisions(res)[LIMIT_RULE].decision
-    assert not d.accepted and d.fixes > 0 and d.breaks > d.fixes
+    assert not d.accepted and d.breaks > d.fixes
+    # it does fix the counting questions (and breaks every listing one)
+    assert answer_for("How many rows are in table tbl0?", LIMIT_RULE) == "SELECT COUNT(*) FROM tbl0"
     assert out.generate.signature.instructions == SEED
     assert res.overall_breaks == d.breaks and res.adopted_breaks == 0
 
@@ -86,9 +88,9 @@ def test_the_sample_grows_only_while_the_decision_is_open():
     _, res, _, _ = run(train, [[COUNT_RULE, mixed, limit]], num_rounds=1, max_metric_calls=2000)
     good, unsure, bad = (decisions(res)[r].decision for r in (COUNT_RULE, mixed, limit))
     assert good.accepted and good.breaks == 0 and good.settled
-    # as many fixes as breaks: open at 8 pairs, stopped for futility at 16, never run to the maximum
-    assert not unsure.accepted and unsure.stages == [8, 16] and unsure.fixes == unsure.breaks
-    assert not bad.accepted and bad.fixes == 0 and bad.n < 32
+    # about as many fixes as breaks: open after the first look, so it gets more pairs than the clear ones
+    assert not unsure.accepted and len(unsure.stages) > 1 and unsure.n > max(good.n, bad.n)
+    assert not bad.accepted and bad.fixes == 0 and bad.n <= 16
     assert res.rounds[0].adopted_candidate_id == decisions(res)[COUNT_RULE].candidate_id
 
 
@@ -148,8 +150,8 @@ def test_failing_task_lm_counts_rollouts_as_failures_and_continues():
         return None
 
     tl = task_lm(fail)
-    budget = 300
-    out, res, tl, _ = run(make_examples(60), [[COUNT_RULE]], tl=tl, num_rounds=2, max_metric_calls=budget)
+    budget = 400  # 60% of rollouts fail: the test needs more pairs to see the rule's fixes
+    out, res, tl, _ = run(make_examples(120), [[COUNT_RULE]], tl=tl, num_rounds=2, max_metric_calls=budget)
     assert res.total_metric_calls <= budget
     errs = res.rollout_errors
     assert errs and sum(errs.values()) > 0 and any("Error" in k for k in errs)

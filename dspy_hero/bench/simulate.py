@@ -30,6 +30,7 @@ import dspy
 
 from dspy_hero.bench.simulate_worlds import (
     SQL_WORLD,
+    RuleEffectWorld,
     WorldSpec,
     gold_program,
     needs_text,
@@ -213,3 +214,48 @@ def simulated_lms(
     suffix = "" if language == "sql" else f"-{language}"
     return (scripted_lm(world.task_script, name=f"sim-task{suffix}"),
             scripted_lm(world.reflection_script, name=f"sim-reflection{suffix}"), world)
+
+
+def effect_world_task(world: RuleEffectWorld, n: int) -> tuple[list[dspy.Example], Any]:
+    """`n` examples of a rule-effect world and its metric (exact match, GEPA-style feedback)."""
+    examples = [dspy.Example(question=f"Question q{i}: what is the code of item {i}?", answer=f"code-{i}")
+                .with_inputs("question") for i in range(n)]
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        ok = str(getattr(pred, "answer", "")).strip() == gold.answer
+        return dspy.Prediction(score=float(ok), feedback="The answer is right." if ok else "The answer is wrong.")
+
+    return examples, metric
+
+
+def effect_world_lms(world: RuleEffectWorld) -> tuple[dspy.LM, dspy.LM]:
+    """(task LM, reflection LM) of a rule-effect world. The task LM answers right exactly when the
+    world says so for the instructions it is given; the reflection LM cites the failing cases it is
+    shown and offers `world.proposals(k)` on its k-th edits call (thread-safe counter)."""
+    calls = itertools.count()
+    lock = threading.Lock()
+
+    def task(req: ScriptedRequest):
+        m = re.search(r"Question (q\d+):", req.inputs.get("question", ""))
+        if not m:
+            return {}
+        key = m.group(1)
+        right = world.right(key, req.instructions)
+        return {"answer": f"code-{key[1:]}" if right else "unknown"}
+
+    def reflect(req: ScriptedRequest):
+        outs = set(req.output_fields)
+        if {"preserve", "revise"} <= outs:
+            failing = re.findall(r"### Case (F\d+)", req.inputs.get("evidence", ""))[:3] or ["F1"]
+            return {"preserve": "- right answers state the code (P1)", "revise": f"- wrong codes ({', '.join(failing)})"}
+        if "edits" in outs:
+            cite = (re.findall(r"\bF\d+\b", req.inputs.get("revise", "")) or ["F1"])[0]
+            with lock:
+                k = next(calls)
+            rules = world.proposals(k, req.inputs.get("current_rules", ""))
+            return {"edits": "\n".join(f"ADD: {r} ({cite})" for r in rules)}
+        if "rule" in outs:  # the per-case fallback proposer: nothing new to offer
+            return {"rule": ""}
+        return {}
+
+    return scripted_lm(task, name="effect-task"), scripted_lm(reflect, name="effect-reflection")

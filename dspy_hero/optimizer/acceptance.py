@@ -19,7 +19,7 @@ The sample grows (``initial``, then doubling up to ``max_size``) only while the 
 The looks share the level by alpha spending (Bonferroni over looks): ``early_share`` of alpha is
 split over the early looks, the rest goes to the last one; when the pool or the budget ends early,
 that look is the last and spends what is left. Early rejection ("futility": the candidate is
-clearly worse, shows no improvement after ``2 * initial`` pairs, or could not pass even if every
+clearly worse, shows no improvement after ``4 * initial`` pairs, or could not pass even if every
 remaining pair were a fix) costs no level: stopping to reject can only lower the adoption rate. A test
 still open at the end is REJECTED.
 
@@ -159,62 +159,86 @@ class SignTestAcceptance:
             out.append(min(limit, out[-1] + max(1, step)))
         return out
 
+    def start(self, candidate_id: str, order: list[str], *, family_size: int = 1) -> AcceptanceTest:
+        """An open test that the caller feeds look by look (so a round can interleave its candidates'
+        looks and give the budget to the ones still undecided, evenly)."""
+        return AcceptanceTest(self, candidate_id, order, self.alpha / max(1, int(family_size)))
+
     def decide(self, candidate_id: str, order: list[str], pair_scores: PairScores, *, family_size: int = 1) -> Decision:
-        dec = Decision(candidate_id, margin=self.margin)
-        alpha = self.alpha / max(1, int(family_size))
-        looks = self.looks(len(order))
-        early = alpha * self.early_share / (len(looks) - 1) if len(looks) > 1 else 0.0
-        spent, ds, pos = 0.0, [], 0
-        for j, target in enumerate(looks):
-            want, pos = order[pos:target], target
-            got = pair_scores(want) if want else {}
-            for ex_id in want:
-                if ex_id in got:
-                    cur, cand = got[ex_id]
-                    d = cand - cur
-                    ds.append(d)
-                    dec.example_ids.append(ex_id)
-                    dec.fixes += d > 0
-                    dec.breaks += d < 0
-                    dec.ties += d == 0
-            dec.n = len(ds)
-            dec.stages.append(dec.n)
-            if not ds:
-                dec.reason = "no budget left to evaluate the candidate: rejected (untested)"
-                return dec
-            short = len(got) < len(want)
-            last = short or j == len(looks) - 1
-            level = (alpha - spent) if last else early
-            spent += level
-            dec.estimate = sum(ds) / dec.n
-            dec.level = level
-            dec.p_value = binom_sf(dec.fixes, dec.fixes + dec.breaks)
-            dec.lower, dec.upper = improvement_bounds(dec.fixes, dec.breaks, dec.n, level)
-            if dec.lower > self.margin and dec.estimate > self.margin:
-                dec.accepted, dec.settled = True, True
-                dec.reason = (f"accepted: {dec.fixes} fixes vs {dec.breaks} breaks in {dec.n} pairs, sign test "
-                              f"p={dec.p_value:.4f} <= level {level:.4f}; lower bound {dec.lower:.3f} > margin {self.margin}")
-                return dec
-            if last:
-                why = "budget ran out" if short else ("max size reached" if dec.n >= self.max_size else "update pool exhausted")
-                dec.reason = (f"rejected: {why} at {dec.n} pairs ({dec.fixes} fixes vs {dec.breaks} breaks) without "
-                              f"showing improvement > margin {self.margin} at level {level:.4f} (p={dec.p_value:.4f})")
-                return dec
-            if why := self._futile(dec, looks[-1]):
-                dec.settled = True
-                dec.reason = f"rejected early: {why}"
-                return dec
-        raise AssertionError("unreachable: the last look always decides")
+        test = self.start(candidate_id, order, family_size=family_size)
+        while not test.done:
+            want = test.want()
+            test.feed(want, pair_scores(want) if want else {})
+        return test.decision
 
     def _futile(self, dec: Decision, final_n: int) -> str | None:
         """Why the candidate cannot or clearly will not pass (stopping for this costs no level)."""
         m = dec.fixes + dec.breaks
         if m and cp_upper(dec.fixes, m, self.futility_level) < 0.5:
             return f"{dec.fixes} fixes vs {dec.breaks} breaks: clearly worse (level {self.futility_level})"
-        if dec.n >= 2 * self.initial and dec.estimate <= self.margin:
+        if dec.n >= 4 * self.initial and dec.estimate <= self.margin:
             return f"no sign of improvement after {dec.n} pairs ({dec.fixes} fixes vs {dec.breaks} breaks)"
         rest = max(0, final_n - dec.n)
         best_lower, _ = improvement_bounds(dec.fixes + rest, dec.breaks, final_n, self.alpha)
         if best_lower <= self.margin:
             return f"could not pass even if all {rest} remaining pairs were fixes"
         return None
+
+
+class AcceptanceTest:
+    """One open sign test (see SignTestAcceptance): `want()` is the next look's example ids, `feed`
+    takes the pairs bought for them (fewer than asked: that look is the last)."""
+
+    def __init__(self, rule: SignTestAcceptance, candidate_id: str, order: list[str], alpha: float):
+        self.rule, self.order, self.alpha = rule, list(order), alpha
+        self.decision = Decision(candidate_id, margin=rule.margin)
+        self.looks = rule.looks(len(self.order))
+        self.early = alpha * rule.early_share / (len(self.looks) - 1) if len(self.looks) > 1 else 0.0
+        self.spent, self.ds, self.pos, self.j = 0.0, [], 0, 0
+        self.done = False
+
+    def want(self) -> list[str]:
+        return self.order[self.pos : self.looks[self.j]]
+
+    def feed(self, want: list[str], got: dict[str, tuple[float, float]]) -> None:
+        dec, rule = self.decision, self.rule
+        self.pos = self.looks[self.j]
+        for ex_id in want:
+            if ex_id in got:
+                cur, cand = got[ex_id]
+                d = cand - cur
+                self.ds.append(d)
+                dec.example_ids.append(ex_id)
+                dec.fixes += d > 0
+                dec.breaks += d < 0
+                dec.ties += d == 0
+        dec.n = len(self.ds)
+        dec.stages.append(dec.n)
+        self.done = True
+        if not self.ds:
+            dec.reason = "no budget left to evaluate the candidate: rejected (untested)"
+            return
+        short = len([i for i in want if i in got]) < len(want)
+        last = short or self.j == len(self.looks) - 1
+        level = (self.alpha - self.spent) if last else self.early
+        self.spent += level
+        dec.estimate = sum(self.ds) / dec.n
+        dec.level = level
+        dec.p_value = binom_sf(dec.fixes, dec.fixes + dec.breaks)
+        dec.lower, dec.upper = improvement_bounds(dec.fixes, dec.breaks, dec.n, level)
+        if dec.lower > rule.margin and dec.estimate > rule.margin:
+            dec.accepted, dec.settled = True, True
+            dec.reason = (f"accepted: {dec.fixes} fixes vs {dec.breaks} breaks in {dec.n} pairs, sign test "
+                          f"p={dec.p_value:.4f} <= level {level:.4f}; lower bound {dec.lower:.3f} > margin {rule.margin}")
+            return
+        if last:
+            why = "budget ran out" if short else ("max size reached" if dec.n >= rule.max_size else "update pool exhausted")
+            dec.reason = (f"rejected: {why} at {dec.n} pairs ({dec.fixes} fixes vs {dec.breaks} breaks) without "
+                          f"showing improvement > margin {rule.margin} at level {level:.4f} (p={dec.p_value:.4f})")
+            return
+        if why := rule._futile(dec, self.looks[-1]):
+            dec.settled = True
+            dec.reason = f"rejected early: {why}"
+            return
+        self.j += 1
+        self.done = False

@@ -130,7 +130,7 @@ class HeroOptimizer(Teleprompter):
         acceptance_initial: int = 8,
         acceptance_max: int | None = None,
         acceptance_alpha: float = 0.1,
-        pool_fractions: tuple[float, float, float] = (0.4, 0.4, 0.2),
+        pool_fractions: tuple[float, float, float] = (0.3, 0.5, 0.2),
         group_key: str | None = None,
         selection_budget_fraction: float = 0.2,
         max_rules: int = 12,

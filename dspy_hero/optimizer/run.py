@@ -159,9 +159,6 @@ class HeroRun:
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=s.num_threads,
                                  failure_score=s.failure_score, journal=self.journal,
                                  display_progress=s.display_progress, order_key=prefix_key(s.group_key))
-        self.reserve = int(self.total * s.selection_budget_fraction)
-        self.planner = RoundPlanner(self.budget, reserve=self.reserve, num_rounds=s.num_rounds,
-                                    min_calls_per_round=s.min_calls_per_round, min_extra=s.acceptance_initial)
         self.sampler = RotatingSampler(self.pools.diagnosis, self.rng_seed, s.num_failing_cases + s.num_passing_cases,
                                        s.acceptance_initial)
         self.evidence = CaseEvidence(o.evidence_renderer or DefaultEvidenceRenderer(s.evidence_token_budget), self.examples,
@@ -171,8 +168,11 @@ class HeroRun:
         self.proposer = o.proposer or default_proposer(guard)
         self.proposals = SlicedProposals(s.proposal_calls, s.reflection_temperature)
         self.builder = GuardedBuilder(guard, max_rules=s.max_rules, max_rule_chars=s.max_rule_chars, limit=s.num_candidates)
+        # alpha is the run's false-adoption level: Bonferroni over the (at most) T rounds here, and over
+        # the candidates of a round through family_size, so P(any non-improving adoption) <= alpha.
         self.acceptance = o.acceptance or SignTestAcceptance(margin=s.acceptance_margin, initial=s.acceptance_initial,
-                                                             max_size=s.acceptance_max, alpha=s.acceptance_alpha)
+                                                             max_size=s.acceptance_max,
+                                                             alpha=s.acceptance_alpha / max(1, s.num_rounds))
         self.adopter = LowerBoundAdopter(lambda text: approx_tokens(text))
         self.selector = o.selector or AdaptiveSelector(alpha=s.acceptance_alpha)
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
@@ -184,6 +184,12 @@ class HeroRun:
         self.reflection_usage = LMUsage()
         self.rejected: dict[str, dict[str, str | None]] = {}  # prompt key -> {rejected text: its edit (None: full text)}
         self.update_order_seed = self.rng_seed * 1_000_003
+        cap = int(self.total * s.selection_budget_fraction)
+        # final selection and lineage score each archive entry (and one more adoption) on the selection pool
+        reserve = lambda: min(cap, len(self.pools.selection) * (len(self.archive) + 1))  # noqa: E731
+        need = self.sampler.batch_size + (s.num_candidates + 1) * min(s.acceptance_max, len(self.pools.update))
+        self.planner = RoundPlanner(self.budget, reserve=reserve, num_rounds=s.num_rounds, need=need,
+                                    min_calls_per_round=s.min_calls_per_round, min_extra=s.acceptance_initial)
 
     # ---- the loop -------------------------------------------------------------------------------
     def execute(self) -> dspy.Module:
@@ -249,12 +255,8 @@ class HeroRun:
         order = list(self.pools.update)
         random.Random(self.update_order_seed + plan.round).shuffle(order)
         tested = self._fund(queued, order, cur_key)
-        for i, cand in enumerate(tested):
-            c_instr = {**cur, name: cand.state.render()}
-            pairs = self._affordable(order, cur_key, instructions_key(c_instr), len(tested) - i)
-            cand.record.decision = self.acceptance.decide(
-                cand.record.candidate_id, order[:pairs],
-                self._pair_scores(cur_key, cur, c_instr, cand.record.candidate_id), family_size=len(tested))
+        self._test(tested, order, cur, name)
+        for cand in tested:
             accepted = cand.record.decision.accepted
             cand.record.status = "accepted" if accepted else "rejected"
             if not accepted:
@@ -267,6 +269,46 @@ class HeroRun:
         return rec
 
     # ---- round helpers ----------------------------------------------------------------------------
+    def _test(self, tested: list[Candidate], order: list[str], cur: dict[str, str], name: str) -> None:
+        """Every candidate's acceptance test, each at alpha / len(tested). The looks are interleaved:
+        each round of looks buys the next sample of every test still open, the same number of pairs
+        for each when the round cannot afford all of them, so the allowance is split fairly and goes
+        to the candidates still undecided. A rule with only `decide()` gets equal shares in turn."""
+        instr = [{**cur, name: c.state.render()} for c in tested]
+        scorers = [self._pair_scores(instructions_key(cur), cur, i, c.record.candidate_id) for i, c in zip(instr, tested)]
+        if not hasattr(self.acceptance, "start"):
+            for i, cand in enumerate(tested):
+                pairs = self._affordable(order, instructions_key(cur), instructions_key(instr[i]), len(tested) - i)
+                cand.record.decision = self.acceptance.decide(cand.record.candidate_id, order[:pairs], scorers[i],
+                                                              family_size=len(tested))
+            return
+        tests = [self.acceptance.start(c.record.candidate_id, order, family_size=len(tested)) for c in tested]
+        while live := [k for k, t in enumerate(tests) if not t.done]:
+            wants = {k: tests[k].want() for k in live}
+            p = self._even_pairs(wants, instructions_key(cur), {k: instructions_key(instr[k]) for k in live})
+            for k in live:
+                tests[k].feed(wants[k], scorers[k](wants[k][:p]) if p else {})
+        for cand, t in zip(tested, tests):
+            cand.record.decision = t.decision
+
+    def _even_pairs(self, wants: dict[int, list[str]], cur_key: str, keys: dict[int, str]) -> int:
+        """The most pairs p such that every open test can buy want[:p] (with the current prompt's
+        missing rollouts on them) from what the round has left."""
+        left, cost, counted = self.planner.left(), 0, set()
+        longest = max((len(w) for w in wants.values()), default=0)
+        for p in range(longest):
+            extra = 0
+            for k, w in wants.items():
+                if p < len(w):
+                    extra += self.rollouts.cached(keys[k], w[p]) is None
+                    if w[p] not in counted and self.rollouts.cached(cur_key, w[p]) is None:
+                        extra += 1
+            if cost + extra > left:
+                return p
+            cost += extra
+            counted.update(w[p] for w in wants.values() if p < len(w))
+        return longest
+
     def _fund(self, queued: list[Candidate], order: list[str], cur_key: str) -> list[Candidate]:
         """The candidates this round can test properly: drop the last ones (untested, not rejected,
         so a later round may propose them again) while a fair share would be under two initial samples."""

@@ -14,9 +14,9 @@ from typing import Any
 # Heavier levels also get a larger budget (dspy.GEPA.auto_budget); they spend it on more rounds, more
 # candidates and larger acceptance samples, not on re-testing the same ideas.
 SEARCH_LEVELS: dict[str, tuple[int, int, int]] = {
-    "light": (5, 4, 48),
-    "medium": (8, 6, 64),
-    "heavy": (12, 8, 96),
+    "light": (5, 4, 64),
+    "medium": (8, 6, 96),
+    "heavy": (12, 8, 128),
 }
 VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow")  # never change a result
 
@@ -41,9 +41,9 @@ class HeroSettings:
     evidence_token_budget: int = 3000
     acceptance_margin: float = 0.0
     acceptance_initial: int = 8
-    acceptance_max: int = 48
+    acceptance_max: int = 64
     acceptance_alpha: float = 0.1
-    pool_fractions: tuple[float, float, float] = (0.4, 0.4, 0.2)
+    pool_fractions: tuple[float, float, float] = (0.3, 0.5, 0.2)
     group_key: str | None = None
     selection_budget_fraction: float = 0.2
     max_rules: int = 12
@@ -86,5 +86,5 @@ class HeroSettings:
                 given[name] = value
         if given.get("num_threads") is None:
             given["num_threads"] = 1
-        given["pool_fractions"] = tuple(given.get("pool_fractions") or (0.4, 0.4, 0.2))
+        given["pool_fractions"] = tuple(given.get("pool_fractions") or (0.3, 0.5, 0.2))
         return cls(**given)
