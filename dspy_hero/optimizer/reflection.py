@@ -225,7 +225,7 @@ def parse_edits(text: str, failing_ids: set[str], cases: list[Any] | None = None
 
 
 _CODE = re.compile(  # how programs (not sentences about them) begin
-    r"^\s*(?:select\s+(?:\*|distinct\b|[\w.]+\s*(?:,|\bfrom\b))|with\s+\w+\s+as\s*\(|insert\s+into|update\s+\w+\s+set|"
+    r"^\s*(?:select\s+(?:\*|distinct\b|[\w.]+\s*(?:\([^)]*\)\s*)?(?:,|\bfrom\b|\bas\b))|with\s+\w+\s+as\s*\(|insert\s+into|update\s+\w+\s+set|"
     r"delete\s+from|create\s+(?:table|index|view)|(?:optional\s+)?match\s*\(|merge\s*\(|def\s+\w+\s*\(|import\s+\w+|"
     r"from\s+[\w.]+\s+import\b|class\s+\w+\s*[:(])",
     re.IGNORECASE,
