@@ -271,3 +271,39 @@ ADD: Use SELECT COUNT(*) FROM the table when counting and never list rows (F2)""
     edits = parse_edits(text, {"F1", "F2"})
     assert [e.problem is None for e in edits] == [False, False, False, False, True, True, False, True]
     assert "program fragment" in edits[0].problem and "placeholder" in edits[3].problem
+
+
+def _sql_case(cid, question, gold, program="SELECT 1"):
+    return Case(cid, cid.lower(), False, 0.0, {"question": question}, {"sql": program}, "wrong",
+                labels={"gold_sql": gold})
+
+
+def test_guard_lets_general_sql_through():
+    """The rules a SQL task needs quote format strings, small numbers and SQL keywords of the golds."""
+    cases = [
+        _sql_case("F1", "How many pets were born in 2015?", "SELECT COUNT(*) FROM pets WHERE strftime('%Y', birth) = '2015'"),
+        _sql_case("F2", "List the top 10 students by grade.", "SELECT name FROM student ORDER BY grade DESC LIMIT 10"),
+        _sql_case("F3", "How many different pet types are there?", "SELECT COUNT(DISTINCT pet_type) FROM pets"),
+    ]
+    g, seed = MemorizationGuard(), "Write one SQLite query."
+    for rule in ("When comparing years of a date column, use strftime('%Y', column).",
+                 "For top-10 questions, ORDER BY the measure DESC and LIMIT 10.",
+                 "When asked how many different values there are, use COUNT(DISTINCT column).",
+                 "When the question asks for the first 3 rows, use LIMIT 3."):
+        v = g.check(rule, seed, cases)
+        assert v.allowed, (rule, v.reason)
+
+
+def test_guard_blocks_one_instances_values_but_not_values_many_instances_share():
+    dog = _sql_case("F1", "How many dogs are older than 3?", "SELECT COUNT(*) FROM pets WHERE pet_type = 'dog' AND age > 3")
+    cat = _sql_case("F2", "What is the weight of the heaviest cat?", "SELECT MAX(weight) FROM pets WHERE pet_type = 'cat'")
+    g, seed = MemorizationGuard(), "Write one SQLite query."
+    for rule in ("When pet_type = 'dog', filter the pets table by it.", "When asked about pets, use pet_type = dog.",
+                 "When the question mentions 2015, use '2015' as the year."):
+        cases = [dog, cat, _sql_case("F3", "How many pets in 2015?", "SELECT COUNT(*) FROM pets WHERE year = 2015")]
+        assert not g.check(rule, seed, cases).allowed, rule
+    v = g.check("Filter by pet_type = 'cat' for cat questions.", seed, [dog, cat])
+    assert not v.allowed and "'cat'" in v.reason
+    # the same value in two shown instances is a pattern of the task, not one instance's answer
+    cat2 = _sql_case("F3", "How many cats are there?", "SELECT COUNT(*) FROM pets WHERE pet_type = 'cat'")
+    assert g.check("Filter by pet_type = 'cat' for cat questions.", seed, [dog, cat, cat2]).allowed
