@@ -3,8 +3,8 @@
 1. One acceptance decision, simulated: paired outcomes with P(fix) = 0.1 + e/2 and P(break) =
    0.1 - e/2 for a true effect e of 0 (null: ~10% of answers flip each way), +5, +10 and +20 points,
    with at most n = 8, 16, 32 pairs from a pool of 48: the adoption rate of the sound rule
-   (`SignTestAcceptance`, alone and at alpha / K as in a round of K = 4 candidates) next to the old
-   rule (an adjusted normal bound that decided on the point estimate when undecided).
+   (`SignTestAcceptance`, alone, at alpha / K as in a round of K = 4 candidates, and at alpha / (T K)
+   = alpha / 20, the level of one candidate in an auto="light" run) next to the old rule (an adjusted normal bound that decided on the point estimate when undecided).
 2. The full HERO-O loop (`auto="light"`, 120 examples, scripted LMs, the real optimizer) in a null
    world (every proposed rule is noise) and a helpful-rule world (a +20-point rule, a rule that fixes
    10% and breaks 20%, and noise), 8 seeds each, with the sound rule and with the old rule.
@@ -31,10 +31,10 @@ import dspy
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.bench.simulate import effect_world_lms, effect_world_task  # noqa: E402
-from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld  # noqa: E402
-from dspy_hero.optimizer.acceptance import Decision, SignTestAcceptance  # noqa: E402
-from dspy_hero.optimizer.hero import HeroOptimizer  # noqa: E402
+from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
+from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
+from dspy_hero.optimizer.acceptance import Decision, SignTestAcceptance
+from dspy_hero.optimizer.hero import HeroOptimizer
 
 EFFECTS = (0.0, 0.05, 0.10, 0.20)
 SIZES = (8, 16, 32)
@@ -94,7 +94,7 @@ def decision_rates(rule, effect: float, reps: int, seed: int, family: int = 1, p
         for i in order:
             u = rng.random()
             out[i] = (0.0, 1.0) if u < pf else (1.0, 0.0) if u < pf + pb else (0.0, 0.0)
-        adopted += rule.decide("c", order, lambda ids: {i: out[i] for i in ids}, family_size=family).accepted
+        adopted += rule.decide("c", order, lambda ids, out=out: {i: out[i] for i in ids}, family_size=family).accepted
     return adopted / reps
 
 
@@ -107,6 +107,8 @@ def part1(reps: int) -> list[dict]:
                 "max_pairs": n, "effect_points": round(100 * e),
                 "sound": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed),
                 "sound_alpha_over_4": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=4),
+                # the level of one candidate in the loop: alpha / T over rounds, / K within a round (light)
+                "sound_alpha_over_20": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=20),
                 "old": decision_rates(OldRule(max_size=n), e, reps, seed),
             })
     return rows
@@ -174,10 +176,10 @@ def main() -> None:
 
     rows = part1(args.reps)
     print(f"1. One acceptance decision: adoption rate ({args.reps} simulations per cell; alpha = 0.1; pool 48)")
-    print(f"{'max n':>5} {'effect':>7} {'sound':>7} {'sound a/4':>9} {'old':>7}")
+    print(f"{'max n':>5} {'effect':>7} {'sound':>7} {'sound a/4':>9} {'a/20 loop':>9} {'old':>7}")
     for r in rows:
         print(f"{r['max_pairs']:>5} {'+' + str(r['effect_points']) if r['effect_points'] else 'null':>7} "
-              f"{r['sound']:>7.3f} {r['sound_alpha_over_4']:>9.3f} {r['old']:>7.3f}")
+              f"{r['sound']:>7.3f} {r['sound_alpha_over_4']:>9.3f} {r['sound_alpha_over_20']:>9.3f} {r['old']:>7.3f}")
 
     loops = part2(args.seeds)
     summary = {k: summarize(v) for k, v in loops.items()}

@@ -39,7 +39,7 @@ def _null_rate(acc: SignTestAcceptance, p_flip: float, pool: int, reps: int, see
         for i in ORDER[:pool]:
             u = rng.random()
             out[i] = FIX if u < p_flip else BREAK if u < 2 * p_flip else TIE
-        adopted += acc.decide("c", ORDER[:pool], lambda ids: {i: out[i] for i in ids}, family_size=family).accepted
+        adopted += acc.decide("c", ORDER[:pool], lambda ids, out=out: {i: out[i] for i in ids}, family_size=family).accepted
     return adopted / reps
 
 
@@ -156,5 +156,5 @@ def test_power_on_a_twenty_point_rule():
     hits = 0
     for _ in range(400):
         out = {i: FIX if rng.random() < 0.2 else TIE for i in ORDER}
-        hits += acc.decide("c", ORDER, lambda ids: {i: out[i] for i in ids}).accepted
+        hits += acc.decide("c", ORDER, lambda ids, out=out: {i: out[i] for i in ids}).accepted
     assert hits / 400 >= 0.8

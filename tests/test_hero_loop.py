@@ -8,7 +8,16 @@ import re
 
 import dspy
 import pytest
-from optimizer_toy import COUNT_RULE, NOOP_RULE, SUM_RULE, feedback_metric, make_examples, program, reflection_lm, task_lm
+from optimizer_toy import (
+    COUNT_RULE,
+    NOOP_RULE,
+    SUM_RULE,
+    feedback_metric,
+    make_examples,
+    program,
+    reflection_lm,
+    task_lm,
+)
 
 from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
 from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
@@ -267,3 +276,51 @@ def test_rollouts_run_grouped_by_shared_prefix_without_changing_results():
         else:
             assert order != sorted(order)
     assert got[True] == got[False] and len(got[True]) == 12
+
+
+def test_harness_table_reports_in_sample_next_to_held_out_lineage():
+    from dspy_hero.bench.methods import MethodResult
+    from dspy_hero.bench.report import markdown
+
+    out = compile_toy([[COUNT_RULE], [SUM_RULE]], num_rounds=2)
+    d = out.detailed_results.to_dict()
+    assert d["lineage"] and d["held_out_n"] == len(d["pools"]["selection"])
+    assert d["held_out_fixes"] == d["lineage"][-1]["cumulative_held_out"]["fixes"] > 0
+    seed = MethodResult("seed", "Seed", outcomes=[{"example_id": f"e{i}", "score": float(i % 2)} for i in range(6)])
+    hero = MethodResult("hero_o", "HERO-O", outcomes=[{"example_id": f"e{i}", "score": 1.0} for i in range(6)], budget=600,
+                        extras={k: d[k] for k in ("adopted_fixes", "adopted_breaks", "lineage", "held_out_pool",
+                                                  "held_out_fixes", "held_out_breaks", "held_out_n")})
+    meta = {"task": "toy", "sizes": {"train": 60, "val": 0, "test": 6}, "task_lm": "t", "reflection_lm": "r", "seed": 0,
+            "budget": 600, "budget_source": "given"}
+    text = markdown(meta, {"seed": seed, "hero_o": hero}, ["seed", "hero_o"])
+    assert (f"held-out selection pool {d['held_out_fixes']}:{d['held_out_breaks']}" in text
+            and "evaluation set 3:0" in text and "update r1c1 (round 1): in-sample" in text)
+
+
+def test_adopter_takes_the_best_lower_bound_not_the_best_estimate():
+    from dspy_hero.optimizer.acceptance import Decision
+    from dspy_hero.optimizer.instructions import PromptState
+    from dspy_hero.optimizer.result import CandidateRecord
+    from dspy_hero.optimizer.strategies.adopter import LowerBoundAdopter
+    from dspy_hero.optimizer.strategies.protocols import Candidate
+
+    # decided on different sample sizes: the small sample's estimate is higher, its bound lower
+    small = Decision("a", fixes=6, n=6, estimate=1.0, lower=0.2, accepted=True)
+    large = Decision("b", fixes=24, breaks=4, n=48, estimate=0.42, lower=0.25, accepted=True)
+    cands = []
+    for d, rule in ((small, "rule a"), (large, "rule b")):
+        rec = CandidateRecord(d.candidate_id, "edit", f"ADD: {rule}", "", decision=d)
+        cands.append(Candidate(rec, PromptState("seed", (rule,))))
+    assert LowerBoundAdopter(len).adopt(cands).record.candidate_id == "b"
+    cands[1].record.decision.accepted = False  # only accepted candidates are adopted
+    assert LowerBoundAdopter(len).adopt(cands).record.candidate_id == "a"
+
+
+def test_a_short_round_gives_every_open_candidate_the_same_number_of_pairs():
+    """Three undecided candidates and a round that cannot afford all their looks: the pairs are
+    split evenly (the first candidate does not starve the others)."""
+    noop = [NOOP_RULE, "Write SQL keywords in upper case for readability.", "Prefer short table aliases in queries."]
+    out = compile_toy([noop], n=120, num_rounds=1, num_candidates=3, max_metric_calls=150, min_calls_per_round=0)
+    tested = [c.decision for c in out.detailed_results.rounds[0].candidates if c.decision is not None]
+    assert len(tested) == 3 and len({d.n for d in tested}) == 1 and tested[0].n >= 8
+    assert all("budget ran out" in d.reason or "pool" in d.reason or "max size" in d.reason for d in tested)

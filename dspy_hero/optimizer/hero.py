@@ -66,13 +66,15 @@ class HeroOptimizer(Teleprompter):
       wandb_api_key, wandb_init_kwargs, track_best_outputs, warn_on_score_mismatch, gepa_kwargs.
 
     HERO's own settings: ``num_rounds`` T, ``num_candidates`` K and ``acceptance_max`` default to the
-    ``auto`` level's search (light: T=5, K=4, 48 pairs; medium: 8, 6, 64; heavy: 12, 8, 96; see
+    ``auto`` level's search (light: T=5, K=4, 64 pairs; medium: 8, 6, 96; heavy: 12, 8, 128; see
     settings.SEARCH_LEVELS); ``min_calls_per_round`` (default 24) plans fewer, better-funded rounds when
     the budget cannot fund T (0 keeps a fixed T); up to 32 failing and 32 passing cases
     (``failure_only`` is the ablation switch); ``evidence_token_budget``; ``reflection_temperature``
     (default 1.0, as GEPA users run the reflector) and ``max_proposal_calls`` (default K: reflection
     calls per round, over different evidence slices, until K distinct new candidates exist);
-    ``pool_fractions`` (diagnosis, update, selection), ``group_key`` (e.g. ``"db_id"``),
+    ``pool_fractions`` (diagnosis, update, selection; default 0.3 / 0.5 / 0.2: the update pool bounds
+    how many pairs a test can see, and acceptance power is what small budgets lack, while the
+    evidence shows only as many diagnosis cases as fit), ``group_key`` (e.g. ``"db_id"``),
     ``selection_budget_fraction``, ``max_rules`` / ``max_rule_chars``.
 
     Adoption is a test (acceptance.py): a candidate is adopted only when an exact one-sided sign test

@@ -39,6 +39,7 @@ class CandidateRecord:
     guard_reason: str = ""
     status: str = ""  # dropped / blocked / duplicate / queued / accepted / rejected / adopted / skipped
     decision: Decision | None = None
+    focus: str = ""  # the failure category of the evidence slice it was proposed from ("" = all evidence)
 
 
 @dataclass

@@ -37,7 +37,14 @@ from dspy_hero.optimizer.pools import DefaultPoolSplitter
 from dspy_hero.optimizer.reflection import Proposal, ReflectionContext, RuleProposer
 from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
 from dspy_hero.optimizer.result import HeroResult, LMUsage, RoundRecord, lineage_row
-from dspy_hero.optimizer.rollout import MetricAdapter, MetricError, Rollouts, UsageMeter, build_variant, prefix_key
+from dspy_hero.optimizer.rollout import (
+    MetricAdapter,
+    MetricError,
+    Rollouts,
+    UsageMeter,
+    build_variant,
+    prefix_key,
+)
 from dspy_hero.optimizer.settings import HeroSettings
 from dspy_hero.optimizer.strategies.adopter import LowerBoundAdopter
 from dspy_hero.optimizer.strategies.builder import GuardedBuilder
@@ -186,7 +193,7 @@ class HeroRun:
         self.update_order_seed = self.rng_seed * 1_000_003
         cap = int(self.total * s.selection_budget_fraction)
         # final selection and lineage score each archive entry (and one more adoption) on the selection pool
-        reserve = lambda: min(cap, len(self.pools.selection) * (len(self.archive) + 1))  # noqa: E731
+        reserve = lambda: min(cap, len(self.pools.selection) * (len(self.archive) + 1))
         need = self.sampler.batch_size + (s.num_candidates + 1) * min(s.acceptance_max, len(self.pools.update))
         self.planner = RoundPlanner(self.budget, reserve=reserve, num_rounds=s.num_rounds, need=need,
                                     min_calls_per_round=s.min_calls_per_round, min_extra=s.acceptance_initial)
@@ -244,6 +251,8 @@ class HeroRun:
             rec.gradient, rec.reflection_error = rec.gradient or proposal.gradient, rec.reflection_error or proposal.error
             records, new = self.builder.build(plan.round, state, proposal, evidence.shown_cases(ctx.shown_case_ids),
                                               rejected, taken)
+            for r in records:
+                r.focus = ctx.focus
             rec.candidates += records
             queued += new
             base.proposed = tuple(dict.fromkeys(c.edit for c in rec.candidates if c.kind == "edit"))
