@@ -2,7 +2,7 @@
 
 1. One acceptance decision, simulated: paired outcomes with P(fix) = 0.1 + e/2 and P(break) =
    0.1 - e/2 for a true effect e of 0 (null: ~10% of answers flip each way), +5, +10 and +20 points,
-   with at most n = 8, 16, 32 pairs from a pool of 48: the adoption rate of the sound rule
+   with at most n = 8, 16, 32 (and 64, the loop's light maximum) pairs from a pool of max(48, n): the adoption rate of the sound rule
    (`SignTestAcceptance`, alone, at alpha / K as in a round of K = 4 candidates, and at alpha / (T K)
    = alpha / 20, the level of one candidate in an auto="light" run) next to the old rule (an adjusted normal bound that decided on the point estimate when undecided).
 2. The full HERO-O loop (`auto="light"`, 120 examples, scripted LMs, the real optimizer) in a null
@@ -37,7 +37,7 @@ from dspy_hero.optimizer.acceptance import Decision, SignTestAcceptance
 from dspy_hero.optimizer.hero import HeroOptimizer
 
 EFFECTS = (0.0, 0.05, 0.10, 0.20)
-SIZES = (8, 16, 32)
+SIZES = (8, 16, 32, 64)  # 64: the loop's auto='light' maximum (update pool of 60 at 120 examples)
 HELPFUL = RuleEffect("When the question asks for a code, read it from the item number it names.", 0.20, 0.0)
 HARMFUL = RuleEffect("When the question names an item, answer with the most common code instead.", 0.10, 0.20)
 
@@ -105,11 +105,13 @@ def part1(reps: int) -> list[dict]:
             seed = int(1000 * e) + n
             rows.append({
                 "max_pairs": n, "effect_points": round(100 * e),
-                "sound": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed),
-                "sound_alpha_over_4": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=4),
+                "sound": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, pool=max(48, n)),
+                "sound_alpha_over_4": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=4,
+                                                     pool=max(48, n)),
                 # the level of one candidate in the loop: alpha / T over rounds, / K within a round (light)
-                "sound_alpha_over_20": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=20),
-                "old": decision_rates(OldRule(max_size=n), e, reps, seed),
+                "sound_alpha_over_20": decision_rates(SignTestAcceptance(max_size=n, alpha=0.1), e, reps, seed, family=20,
+                                                      pool=max(48, n)),
+                "old": decision_rates(OldRule(max_size=n), e, reps, seed, pool=max(48, n)),
             })
     return rows
 
@@ -175,7 +177,7 @@ def main() -> None:
     logging.getLogger("dspy_hero").setLevel(logging.ERROR)
 
     rows = part1(args.reps)
-    print(f"1. One acceptance decision: adoption rate ({args.reps} simulations per cell; alpha = 0.1; pool 48)")
+    print(f"1. One acceptance decision: adoption rate ({args.reps} simulations per cell; alpha = 0.1; pool max(48, n))")
     print(f"{'max n':>5} {'effect':>7} {'sound':>7} {'sound a/4':>9} {'a/20 loop':>9} {'old':>7}")
     for r in rows:
         print(f"{r['max_pairs']:>5} {'+' + str(r['effect_points']) if r['effect_points'] else 'null':>7} "
