@@ -7,11 +7,11 @@ FalkorDB engine / the Python sandbox, the real metric) can be run and compared i
 each one adopts, how many rollouts and LM calls it spends, how often an accepted change breaks
 previously solved examples. Simulated accuracies say nothing about how well any model solves the task.
 
-The world (per language, see `simulate_worlds`): each skill the gold program needs (SQL: COUNT,
+The world (per language, see `simulate_worlds`): of the skills the gold program needs (SQL: COUNT,
 ORDER BY, GROUP BY, JOIN, DISTINCT, a nested query; Cypher: count(), ORDER BY, DISTINCT, OPTIONAL
 MATCH, WITH/aggregation, variable-length paths; Python: sorting, string handling, dates, dict
-aggregation, raising on invalid input, empty input) is solved only if the instructions contain that
-skill's rule. A "hard" ~15% of instances are never solved. One tempting rule (SQL/Cypher: "end every
+aggregation, raising on invalid input, empty input), the first in that order is the instance's main
+skill, and the instance is solved only if the instructions contain that skill's rule. A "hard" ~15% of instances are never solved. One tempting rule (SQL/Cypher: "end every
 query with LIMIT 1"; Python: "never raise, return None") changes nothing on some instances and breaks
 others; the reflection LM proposes it regularly, so acceptance tests matter. Given an execution error
 as evidence, a reviser fixes the program unless the instance is hard.
@@ -111,6 +111,13 @@ class SimulatedWorld:
                 return key
         return None
 
+    def main_skill(self, key: str) -> str | None:
+        """The one construct the task LM gets wrong on this instance without a rule: the first of
+        the skills it needs, in the world's skill order (it knows the others). Why one: a rule then
+        has an effect of its own that a paired test can see; when every needed rule had to be present
+        at once, no single rule changed an answer that needed two, and only rule *sets* could learn."""
+        return next((s.name for s in self.spec.skills if s.name in self.needs[key]), None)
+
     def _gold(self, key: str) -> str:
         gold = self.gold[key]
         return gold if self.spec.language == "python" else gold.strip().rstrip(";")
@@ -120,8 +127,8 @@ class SimulatedWorld:
         """The program the task LM writes for instance `question` under these instructions."""
         gold = self._gold(question)
         low = instructions.lower()
-        missing = [s for s in sorted(self.needs[question]) if self.spec.skill(s).marker not in low]
-        if self.hard(question) or missing:
+        main = self.main_skill(question)
+        if self.hard(question) or (main is not None and self.spec.skill(main).marker not in low):
             return self.wrong(question, gold)
         if self.spec.harmful_marker in low:
             return self.spec.apply_harmful(gold)
