@@ -50,7 +50,7 @@ from dspy_hero.optimizer.strategies.adopter import LowerBoundAdopter
 from dspy_hero.optimizer.strategies.builder import GuardedBuilder
 from dspy_hero.optimizer.strategies.planner import RoundPlanner
 from dspy_hero.optimizer.strategies.proposer import SlicedProposals
-from dspy_hero.optimizer.strategies.protocols import Candidate, RoundPlan
+from dspy_hero.optimizer.strategies.protocols import Candidate, Evidence, RoundPlan
 from dspy_hero.optimizer.strategies.render import CaseEvidence
 from dspy_hero.optimizer.strategies.sampler import RotatingSampler
 from dspy_hero.text import approx_tokens
@@ -227,37 +227,15 @@ class HeroRun:
                 self.journal.close()
 
     def _round(self, plan: RoundPlan) -> RoundRecord:
-        rec, name, k = RoundRecord(plan.round, plan.predictor), plan.predictor, self.s.num_candidates
+        rec, name = RoundRecord(plan.round, plan.predictor), plan.predictor
         cur = self._render(self.current)
         cur_key = instructions_key(cur)
-        batch, limit = self.sampler.next(plan)
-        got = self.rollouts.evaluate(cur_key, cur, self._items(batch), desc=f"round {plan.round} diagnosis",
-                                     limit=min(limit, self.planner.left()))
-        evidence = self.evidence.render([got[i] for i in self.sampler.unseen_first([i for i in batch if i in got])], name)
-        self.sampler.seen([i for i in batch if i in got], [c.example_id for c in evidence.shown_cases()])
-        rec.diagnosis_cases = [dict(case_id=c.case_id, example_id=c.example_id, passed=c.passed, score=c.score,
-                                    error=c.error) for c in evidence.cases]
-        rec.shown_case_ids = list(evidence.shown)
+        evidence = self._diagnose(plan, rec, cur, cur_key)
         if not evidence.has_failures:
             rec.notes.append("no failing diagnosis cases: nothing to revise" if evidence.cases else "no diagnosis results (budget)")
             return rec
-        state, rejected = self.current[name], self.rejected.setdefault(cur_key, {})
-        base = ReflectionContext(name, state.seed, state.rules, state.render(), evidence.text, list(evidence.shown), k,
-                                 evidence.cases, tuple(e for e in rejected.values() if e))
-        queued: list[Candidate] = []
-        taken: set[str] = set()
-        for ctx in self.proposals.contexts(base, evidence):
-            proposal = self._reflect(plan.round, ctx)
-            rec.gradient, rec.reflection_error = rec.gradient or proposal.gradient, rec.reflection_error or proposal.error
-            records, new = self.builder.build(plan.round, state, proposal, evidence.shown_cases(ctx.shown_case_ids),
-                                              rejected, taken)
-            for r in records:
-                r.focus = ctx.focus
-            rec.candidates += records
-            queued += new
-            base.proposed = tuple(dict.fromkeys(c.edit for c in rec.candidates if c.kind == "edit"))
-            if len(queued) >= k or (proposal.error and not proposal.edits and not proposal.texts):
-                break
+        rejected = self.rejected.setdefault(cur_key, {})
+        queued = self._propose(plan, rec, evidence, rejected)
         if not queued:
             rec.notes.append("no usable candidate this round")
             return rec
@@ -278,6 +256,41 @@ class HeroRun:
         return rec
 
     # ---- round helpers ----------------------------------------------------------------------------
+    def _diagnose(self, plan: RoundPlan, rec: RoundRecord, cur: dict[str, str], cur_key: str) -> Evidence:
+        """Run the current prompt on the sampler's batch and render the cases (unseen ones first)."""
+        batch, limit = self.sampler.next(plan)
+        got = self.rollouts.evaluate(cur_key, cur, self._items(batch), desc=f"round {plan.round} diagnosis",
+                                     limit=min(limit, self.planner.left()))
+        done = [i for i in batch if i in got]
+        evidence = self.evidence.render([got[i] for i in self.sampler.unseen_first(done)], plan.predictor)
+        self.sampler.seen(done, [c.example_id for c in evidence.shown_cases()])
+        rec.diagnosis_cases = [dict(case_id=c.case_id, example_id=c.example_id, passed=c.passed, score=c.score,
+                                    error=c.error) for c in evidence.cases]
+        rec.shown_case_ids = list(evidence.shown)
+        return evidence
+
+    def _propose(self, plan: RoundPlan, rec: RoundRecord, evidence: Evidence,
+                 rejected: dict[str, str | None]) -> list[Candidate]:
+        """Proposal calls over the evidence slices until K distinct new candidates are queued."""
+        state, k = self.current[plan.predictor], self.s.num_candidates
+        base = ReflectionContext(plan.predictor, state.seed, state.rules, state.render(), evidence.text,
+                                 list(evidence.shown), k, evidence.cases, tuple(e for e in rejected.values() if e))
+        queued: list[Candidate] = []
+        taken: set[str] = set()
+        for ctx in self.proposals.contexts(base, evidence):
+            proposal = self._reflect(plan.round, ctx)
+            rec.gradient, rec.reflection_error = rec.gradient or proposal.gradient, rec.reflection_error or proposal.error
+            records, new = self.builder.build(plan.round, state, proposal, evidence.shown_cases(ctx.shown_case_ids),
+                                              rejected, taken)
+            for r in records:
+                r.focus = ctx.focus
+            rec.candidates += records
+            queued += new
+            base.proposed = tuple(dict.fromkeys(c.edit for c in rec.candidates if c.kind == "edit"))
+            if len(queued) >= k or (proposal.error and not proposal.edits and not proposal.texts):
+                break
+        return queued
+
     def _test(self, tested: list[Candidate], order: list[str], cur: dict[str, str], name: str) -> None:
         """Every candidate's acceptance test, each at alpha / len(tested). The looks are interleaved:
         each round of looks buys the next sample of every test still open, the same number of pairs

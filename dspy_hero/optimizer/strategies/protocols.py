@@ -76,6 +76,10 @@ class DiagnosisSampler(Protocol):
 
     def seen(self, diagnosed: list[str], shown: list[str]) -> None: ...
 
+    def unseen_first(self, ids: list[str]) -> list[str]:
+        """`ids` reordered so examples never shown to the reflector come first."""
+        ...
+
 
 class EvidenceBuilder(Protocol):
     def render(self, results: list[Any], predictor: str) -> Evidence: ...
