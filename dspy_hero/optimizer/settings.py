@@ -59,9 +59,9 @@ class HeroSettings:
             raise ValueError("num_rounds and min_calls_per_round must be >= 0 and num_candidates >= 1")
         if not 0.0 <= self.selection_budget_fraction < 1.0:
             raise ValueError("selection_budget_fraction must be in [0, 1)")
-        if not 0.0 < self.acceptance_alpha <= 0.1:
-            raise ValueError(f"acceptance_alpha must be in (0, 0.1], got {self.acceptance_alpha}: it is the "
-                             "false-adoption rate of a round")
+        if not 0.0 < self.acceptance_alpha < 0.5:
+            raise ValueError(f"acceptance_alpha must be in (0, 0.5), got {self.acceptance_alpha}: it bounds the "
+                             "probability that a run adopts a change that is not better (default 0.1)")
         if self.acceptance_initial < 1 or self.acceptance_max < self.acceptance_initial:
             raise ValueError("need 1 <= acceptance_initial <= acceptance_max")
         if not 0.0 <= self.acceptance_margin < 1.0:
