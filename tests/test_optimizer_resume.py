@@ -175,7 +175,7 @@ def task(req):
 
 with dspy.context(lm=scripted_lm(task)):
     out = HeroOptimizer(feedback_metric, reflection_lm=kind_reflection_lm(), max_metric_calls=400, num_rounds=3,
-                        log_dir=sys.argv[1], display_progress=False).compile(program(), make_examples(48))
+                        log_dir=sys.argv[1], num_threads=1, display_progress=False).compile(program(), make_examples(48))
 print("FINAL", repr(out.generate.signature.instructions))
 """
 

@@ -71,7 +71,7 @@ def test_fallback_runs_only_when_the_evidence_wide_proposal_is_unusable():
     rl = scripted_lm(small_model)
     with dspy.context(lm=task_lm()):
         out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=300, num_rounds=1,
-                            num_candidates=2, display_progress=False).compile(program(), make_examples(48))
+                            num_candidates=2, max_proposal_calls=1, display_progress=False).compile(program(), make_examples(48))
     res = out.detailed_results
     assert "COUNT(*)" in out.generate.signature.instructions
     rnd = res.rounds[0]
@@ -96,7 +96,7 @@ def test_no_fallback_calls_when_the_evidence_wide_proposal_works():
     rl = scripted_lm(strong_model)
     with dspy.context(lm=task_lm()):
         out = HeroOptimizer(feedback_metric, reflection_lm=rl, max_metric_calls=300, num_rounds=1,
-                            display_progress=False).compile(program(), make_examples(48))
+                            max_proposal_calls=1, display_progress=False).compile(program(), make_examples(48))
     assert engine_of(rl).call_count == 2
     assert out.detailed_results.rounds[0].candidates
 

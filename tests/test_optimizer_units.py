@@ -1,5 +1,5 @@
 """Unit tests of HERO-O's decision objects: instructions, budget, pools, evidence, reflection parsing,
-guard, acceptance, selection, metric adapter."""
+guard, selection, metric adapter (acceptance: test_acceptance.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dspy_hero.optimizer.acceptance import AdaptivePairedAcceptance, paired_bounds
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, gepa_auto_budget, plan_round, resolve_budget, rounds_for_budget
 from dspy_hero.optimizer.evidence import Case, DefaultEvidenceRenderer
@@ -226,53 +225,7 @@ def test_guard_blocks_labels_literals_and_copied_spans_but_allows_general_rules(
     assert not v.allowed and "copies" in v.reason
 
 
-# ---- acceptance ---------------------------------------------------------------------------------
-def _pairs(fn):
-    return lambda ids: {i: fn(int(i[1:])) for i in ids}
-
-
-ORDER = [f"u{i}" for i in range(64)]
-
-
-def test_acceptance_clear_cases_decide_after_initial_sample():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    good = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0)))
-    bad = acc.decide("c", ORDER, _pairs(lambda i: (1.0, 0.0)))
-    assert good.accepted and good.n == 8 and good.fixes == 8
-    assert not bad.accepted and bad.n == 8 and bad.breaks == 8
-
-
-def test_acceptance_uncertain_cases_get_more_examples():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    mixed = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 3 == 0 else (1.0, 0.0) if i % 3 == 1 else (1.0, 1.0)))
-    clear = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0)))
-    assert mixed.n == 32 > clear.n and mixed.stages == [8, 16, 32]
-
-
-def test_acceptance_rejects_more_breaks_than_fixes_and_below_margin():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    d = acc.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (1.0, 0.0) if i % 4 in (1, 2) else (1.0, 1.0)))
-    assert not d.accepted and d.fixes > 0 and d.breaks > d.fixes
-    # estimate 0.25 is positive but below a 0.3 margin
-    strict = AdaptivePairedAcceptance(margin=0.3, initial=8, max_size=32)
-    d = strict.decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (0.0, 0.0)))
-    assert not d.accepted and d.estimate == pytest.approx(0.25)
-    assert AdaptivePairedAcceptance(margin=0.0).decide("c", ORDER, _pairs(lambda i: (0.0, 1.0) if i % 4 == 0 else (0.0, 0.0))).accepted
-
-
-def test_acceptance_with_short_budget_decides_on_what_it_has():
-    acc = AdaptivePairedAcceptance(initial=8, max_size=32)
-    d = acc.decide("c", ORDER, lambda ids: {i: (0.0, 1.0 if i == "u0" else 0.0) for i in ids[:3]})
-    assert d.n == 3 and d.accepted and "budget ran out" in d.reason
-    d = acc.decide("c", ORDER, lambda ids: {})
-    assert d.n == 0 and not d.accepted
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=1, max_size=64), st.floats(0.01, 0.4))
-def test_paired_bounds_contain_the_adjusted_mean(ds, alpha):
-    lo, hi = paired_bounds(ds, alpha)
-    assert -1.0 <= lo <= sum(ds) / (len(ds) + 2) <= hi <= 1.0
+# ---- acceptance: see tests/test_acceptance.py ------------------------------------------------
 
 
 # ---- selection ----------------------------------------------------------------------------------
@@ -318,3 +271,39 @@ ADD: Use SELECT COUNT(*) FROM the table when counting and never list rows (F2)""
     edits = parse_edits(text, {"F1", "F2"})
     assert [e.problem is None for e in edits] == [False, False, False, False, True, True, False, True]
     assert "program fragment" in edits[0].problem and "placeholder" in edits[3].problem
+
+
+def _sql_case(cid, question, gold, program="SELECT 1"):
+    return Case(cid, cid.lower(), False, 0.0, {"question": question}, {"sql": program}, "wrong",
+                labels={"gold_sql": gold})
+
+
+def test_guard_lets_general_sql_through():
+    """The rules a SQL task needs quote format strings, small numbers and SQL keywords of the golds."""
+    cases = [
+        _sql_case("F1", "How many pets were born in 2015?", "SELECT COUNT(*) FROM pets WHERE strftime('%Y', birth) = '2015'"),
+        _sql_case("F2", "List the top 10 students by grade.", "SELECT name FROM student ORDER BY grade DESC LIMIT 10"),
+        _sql_case("F3", "How many different pet types are there?", "SELECT COUNT(DISTINCT pet_type) FROM pets"),
+    ]
+    g, seed = MemorizationGuard(), "Write one SQLite query."
+    for rule in ("When comparing years of a date column, use strftime('%Y', column).",
+                 "For top-10 questions, ORDER BY the measure DESC and LIMIT 10.",
+                 "When asked how many different values there are, use COUNT(DISTINCT column).",
+                 "When the question asks for the first 3 rows, use LIMIT 3."):
+        v = g.check(rule, seed, cases)
+        assert v.allowed, (rule, v.reason)
+
+
+def test_guard_blocks_one_instances_values_but_not_values_many_instances_share():
+    dog = _sql_case("F1", "How many dogs are older than 3?", "SELECT COUNT(*) FROM pets WHERE pet_type = 'dog' AND age > 3")
+    cat = _sql_case("F2", "What is the weight of the heaviest cat?", "SELECT MAX(weight) FROM pets WHERE pet_type = 'cat'")
+    g, seed = MemorizationGuard(), "Write one SQLite query."
+    for rule in ("When pet_type = 'dog', filter the pets table by it.", "When asked about pets, use pet_type = dog.",
+                 "When the question mentions 2015, use '2015' as the year."):
+        cases = [dog, cat, _sql_case("F3", "How many pets in 2015?", "SELECT COUNT(*) FROM pets WHERE year = 2015")]
+        assert not g.check(rule, seed, cases).allowed, rule
+    v = g.check("Filter by pet_type = 'cat' for cat questions.", seed, [dog, cat])
+    assert not v.allowed and "'cat'" in v.reason
+    # the same value in two shown instances is a pattern of the task, not one instance's answer
+    cat2 = _sql_case("F3", "How many cats are there?", "SELECT COUNT(*) FROM pets WHERE pet_type = 'cat'")
+    assert g.check("Filter by pet_type = 'cat' for cat questions.", seed, [dog, cat, cat2]).allowed

@@ -70,3 +70,21 @@ def test_hero_o_compiles_a_hero_refine_program(tmp_path):
         preds = [out(**ex.inputs()) for ex in test]
     assert all(p.sql.startswith("SELECT COUNT(*)") for p in preds)
     assert all(p.refinement.stop_reason == "refiner stopped" for p in preds)
+
+
+def test_a_counting_metric_around_a_hero_refine_student_never_sees_more_than_the_budget(tmp_path):
+    """HeroRefine has several predictors: a 5-argument metric asked for per-predictor feedback runs
+    once more per predictor; each of those executions is charged (it used to run 121 times for 60)."""
+    from dspy_hero.bench.accounting import CountingMetric
+    from dspy_hero.metrics.sql import sql_execution_metric
+
+    data = make_examples(tmp_path)
+    counted = CountingMetric(sql_execution_metric())
+    student = HeroRefine(GenerateProgram("sql", ["question", "db_schema"]), budget=1)
+    with dspy.context(lm=scripted_lm(task_lm)):
+        out = hero.HeroOptimizer(counted, reflection_lm=scripted_lm(reflect), group_key="db_id", num_rounds=2,
+                                 max_metric_calls=60, display_progress=False).compile(student, data)
+    res = out.detailed_results
+    assert counted.calls <= 60
+    assert counted.calls == res.total_metric_calls + res.preflight_metric_calls
+    assert res.feedback_metric_calls > 0  # the per-predictor feedback was asked for, and paid

@@ -142,3 +142,15 @@ def test_bad_input_is_refused():
         SimulatedWorld.from_examples([dspy.Example(prompt="x").with_inputs("prompt")], language="python")
     with pytest.raises(ValueError, match="hard_fraction"):
         SimulatedWorld({"q": "SELECT 1"}, hard_fraction=2.0)
+
+
+def test_one_rule_fixes_an_instance_whose_main_skill_it_teaches():
+    """A single rule has an effect of its own (a paired test can see it): the instance's main skill is
+    the first it needs in the world's order, and that rule alone solves it."""
+    gold = "SELECT country, COUNT(*) FROM singer JOIN concert ON singer.id = concert.singer GROUP BY country"
+    world = SimulatedWorld({"q": gold}, hard_fraction=0.0, spec=SQL_WORLD)
+    assert world.needs["q"] == {"count", "join", "group"} and world.main_skill("q") == "count"
+    rule = SQL_WORLD.skill("count").rule
+    assert world.answer("q", rule) == gold
+    others = " ".join(SQL_WORLD.skill(s).rule for s in ("join", "group"))
+    assert world.answer("q", others) != gold

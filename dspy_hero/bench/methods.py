@@ -229,7 +229,8 @@ def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
         result.extras |= {k: d.get(k) for k in ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio",
                                                  "overall_fixes", "overall_breaks", "overall_fix_break_ratio",
                                                  "tokens_per_optimization_call", "final_prompt_tokens",
-                                                 "total_metric_calls", "final_entry_id", "pools")}
+                                                 "total_metric_calls", "final_entry_id", "pools", "lineage",
+                                                 "held_out_pool", "held_out_fixes", "held_out_breaks", "held_out_n")}
         result.extras["rounds_adopted"] = [r.get("adopted_candidate_id") for r in d.get("rounds", [])]
         # every round's evidence, candidates, guard and acceptance decisions: why HERO-O did what it did
         write_json_atomic(log_dir / "detailed_results.json", d)

@@ -107,6 +107,16 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             f"of {hero.budget}; final prompt ≈{x.get('final_prompt_tokens')} tokens; adopted per round: "
             f"{x.get('rounds_adopted')}"
         )
+        # in-sample (the decisions) next to out-of-sample: the selection pool and the evaluation set
+        test = stats["vs_seed"].get("hero_o")
+        lines.append(
+            f"- HERO-O fix:break of the final prompt vs the seed: in-sample {x.get('adopted_fixes')}:{x.get('adopted_breaks')}"
+            f", held-out {x.get('held_out_pool') or 'selection'} pool {x.get('held_out_fixes')}:{x.get('held_out_breaks')}"
+            f" (n={x.get('held_out_n')})" + (f", evaluation set {test['fixes']}:{test['breaks']}" if test else ""))
+        for row in x.get("lineage") or []:
+            i, h = row["in_sample"], row["held_out"]
+            lines.append(f"  - update {row['entry_id']} (round {row['round']}): in-sample {i['fixes']}:{i['breaks']} "
+                         f"of {i['n']} pairs, held-out {h['fixes']}:{h['breaks']} of {h['n']}")
     for name in ("hero_o_t", "hero_o_react", "react"):
         r = results.get(name)
         if r is not None and r.status == "done":

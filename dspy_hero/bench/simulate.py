@@ -7,11 +7,11 @@ FalkorDB engine / the Python sandbox, the real metric) can be run and compared i
 each one adopts, how many rollouts and LM calls it spends, how often an accepted change breaks
 previously solved examples. Simulated accuracies say nothing about how well any model solves the task.
 
-The world (per language, see `simulate_worlds`): each skill the gold program needs (SQL: COUNT,
+The world (per language, see `simulate_worlds`): of the skills the gold program needs (SQL: COUNT,
 ORDER BY, GROUP BY, JOIN, DISTINCT, a nested query; Cypher: count(), ORDER BY, DISTINCT, OPTIONAL
 MATCH, WITH/aggregation, variable-length paths; Python: sorting, string handling, dates, dict
-aggregation, raising on invalid input, empty input) is solved only if the instructions contain that
-skill's rule. A "hard" ~15% of instances are never solved. One tempting rule (SQL/Cypher: "end every
+aggregation, raising on invalid input, empty input), the first in that order is the instance's main
+skill, and the instance is solved only if the instructions contain that skill's rule. A "hard" ~15% of instances are never solved. One tempting rule (SQL/Cypher: "end every
 query with LIMIT 1"; Python: "never raise, return None") changes nothing on some instances and breaks
 others; the reflection LM proposes it regularly, so acceptance tests matter. Given an execution error
 as evidence, a reviser fixes the program unless the instance is hard.
@@ -30,6 +30,7 @@ import dspy
 
 from dspy_hero.bench.simulate_worlds import (
     SQL_WORLD,
+    RuleEffectWorld,
     WorldSpec,
     gold_program,
     needs_text,
@@ -110,6 +111,13 @@ class SimulatedWorld:
                 return key
         return None
 
+    def main_skill(self, key: str) -> str | None:
+        """The one construct the task LM gets wrong on this instance without a rule: the first of
+        the skills it needs, in the world's skill order (it knows the others). Why one: a rule then
+        has an effect of its own that a paired test can see; when every needed rule had to be present
+        at once, no single rule changed an answer that needed two, and only rule *sets* could learn."""
+        return next((s.name for s in self.spec.skills if s.name in self.needs[key]), None)
+
     def _gold(self, key: str) -> str:
         gold = self.gold[key]
         return gold if self.spec.language == "python" else gold.strip().rstrip(";")
@@ -119,8 +127,8 @@ class SimulatedWorld:
         """The program the task LM writes for instance `question` under these instructions."""
         gold = self._gold(question)
         low = instructions.lower()
-        missing = [s for s in sorted(self.needs[question]) if self.spec.skill(s).marker not in low]
-        if self.hard(question) or missing:
+        main = self.main_skill(question)
+        if self.hard(question) or (main is not None and self.spec.skill(main).marker not in low):
             return self.wrong(question, gold)
         if self.spec.harmful_marker in low:
             return self.spec.apply_harmful(gold)
@@ -213,3 +221,48 @@ def simulated_lms(
     suffix = "" if language == "sql" else f"-{language}"
     return (scripted_lm(world.task_script, name=f"sim-task{suffix}"),
             scripted_lm(world.reflection_script, name=f"sim-reflection{suffix}"), world)
+
+
+def effect_world_task(world: RuleEffectWorld, n: int) -> tuple[list[dspy.Example], Any]:
+    """`n` examples of a rule-effect world and its metric (exact match, GEPA-style feedback)."""
+    examples = [dspy.Example(question=f"Question q{i}: what is the code of item {i}?", answer=f"code-{i}")
+                .with_inputs("question") for i in range(n)]
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        ok = str(getattr(pred, "answer", "")).strip() == gold.answer
+        return dspy.Prediction(score=float(ok), feedback="The answer is right." if ok else "The answer is wrong.")
+
+    return examples, metric
+
+
+def effect_world_lms(world: RuleEffectWorld) -> tuple[dspy.LM, dspy.LM]:
+    """(task LM, reflection LM) of a rule-effect world. The task LM answers right exactly when the
+    world says so for the instructions it is given; the reflection LM cites the failing cases it is
+    shown and offers `world.proposals(k)` on its k-th edits call (thread-safe counter)."""
+    calls = itertools.count()
+    lock = threading.Lock()
+
+    def task(req: ScriptedRequest):
+        m = re.search(r"Question (q\d+):", req.inputs.get("question", ""))
+        if not m:
+            return {}
+        key = m.group(1)
+        right = world.right(key, req.instructions)
+        return {"answer": f"code-{key[1:]}" if right else "unknown"}
+
+    def reflect(req: ScriptedRequest):
+        outs = set(req.output_fields)
+        if {"preserve", "revise"} <= outs:
+            failing = re.findall(r"### Case (F\d+)", req.inputs.get("evidence", ""))[:3] or ["F1"]
+            return {"preserve": "- right answers state the code (P1)", "revise": f"- wrong codes ({', '.join(failing)})"}
+        if "edits" in outs:
+            cite = (re.findall(r"\bF\d+\b", req.inputs.get("revise", "")) or ["F1"])[0]
+            with lock:
+                k = next(calls)
+            rules = world.proposals(k, req.inputs.get("current_rules", ""))
+            return {"edits": "\n".join(f"ADD: {r} ({cite})" for r in rules)}
+        if "rule" in outs:  # the per-case fallback proposer: nothing new to offer
+            return {"rule": ""}
+        return {}
+
+    return scripted_lm(task, name="effect-task"), scripted_lm(reflect, name="effect-reflection")

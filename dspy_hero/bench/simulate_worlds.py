@@ -26,6 +26,8 @@ __all__ = [
     "PYTHON_WORLD",
     "SQL_WORLD",
     "WORLDS",
+    "RuleEffect",
+    "RuleEffectWorld",
     "Skill",
     "WorldSpec",
     "gold_program",
@@ -253,3 +255,75 @@ def gold_program(spec: WorldSpec, example: Any) -> str:
 
         return reference_solution(example["entry_point"])
     return example[spec.gold_field]
+
+
+# ------------------------------------------------------------------------- rule-effect worlds
+
+@dataclass(frozen=True)
+class RuleEffect:
+    """A rule and what it does, in pairs against the seed: it turns a wrong answer right with
+    probability ``2 * fixes`` and a right answer wrong with probability ``2 * breaks`` (per instance,
+    by a hash), so on a seed that is right half the time its paired fix rate is ``fixes``, its
+    break rate ``breaks`` and its true effect ``fixes - breaks`` accuracy points."""
+
+    rule: str
+    fixes: float
+    breaks: float
+
+    @property
+    def effect(self) -> float:
+        return self.fixes - self.breaks
+
+
+@dataclass
+class RuleEffectWorld:
+    """A world for the acceptance benchmark, where the answer to "is this rule better?" is known.
+
+    Instance `i` is answered right by the seed when a hash says so (half of them); each rule the
+    instructions contain is applied in order (see RuleEffect). The reflector side is a proposal
+    schedule: `proposals(k)` are the rules offered on the k-th proposal call, a fresh noise rule
+    (no net effect) for every slot the schedule leaves open, so no two calls repeat themselves.
+    A simulation of mechanics, not of a model (see the module docstring of simulate.py).
+    """
+
+    salt: str
+    known: tuple[RuleEffect, ...] = ()
+    noise_rate: float = 0.1
+    per_call: int = 4
+
+    def base_right(self, key: str) -> bool:
+        return stable_hash(f"{self.salt}:base:{key}") % 1000 < 500
+
+    def noise(self, n: int) -> RuleEffect:
+        return RuleEffect(f"When a question mentions topic {n}, state the answer in style {n}.", self.noise_rate,
+                          self.noise_rate)
+
+    def effect_of(self, rule: str) -> RuleEffect | None:
+        for r in self.known:
+            if r.rule == rule:
+                return r
+        m = re.match(r"When a question mentions topic (\d+), state the answer in style \1\.$", rule)
+        return self.noise(int(m.group(1))) if m else None
+
+    def right(self, key: str, instructions: str) -> bool:
+        ok = self.base_right(key)
+        for line in instructions.splitlines():
+            effect = self.effect_of(line[2:].strip()) if line.startswith("- ") else None
+            if effect is None:
+                continue
+            u = (stable_hash(f"{self.salt}:{effect.rule}:{key}") % 10_000) / 10_000
+            if not ok and u < 2 * effect.fixes:
+                ok = True
+            elif ok and u < 2 * effect.breaks:
+                ok = False
+        return ok
+
+    def proposals(self, k: int, present: str) -> list[str]:
+        """The rules offered on the k-th proposal call: the known rules not yet in the prompt first
+        (rotated by k), then fresh noise rules to fill `per_call` slots."""
+        known = [r.rule for r in self.known if r.rule not in present]
+        if known:
+            s = k % len(known)
+            known = known[s:] + known[:s]
+        fill = [self.noise(k * self.per_call + j).rule for j in range(self.per_call)]
+        return (known + fill)[: self.per_call]

@@ -1,12 +1,23 @@
 """The memorization guard: a candidate may teach general rules, never answers.
 
 It checks only the text a candidate adds to the current instruction (the seed is frozen and earlier
-rules already passed), against the diagnosis cases the reflector saw:
-- a label value (gold program, expected output) appearing in the new text, whitespace/case-normalized;
-- a literal from a label (a quoted string or a number with at least two digits, e.g. ``'Fresno'`` or
-  ``1532`` from a gold query) that the seed instruction does not already contain;
-- a span of `max_copied_tokens` or more consecutive tokens copied from a case's inputs or generated
-  program (a copied question or query is an instance fix, not a rule).
+rules already passed), against the diagnosis cases the reflector saw. A literal or span is
+*instance-specific*, and blocks the candidate, only when it comes from ONE training instance (that
+case's question and other inputs, its gold program or expected output) and is not general language:
+
+- the whole label of a case (a gold program or expected output of at least `min_label_chars`);
+- a literal of one case's label -- a quoted string (``'dog'``, ``"Fresno"``) or a number (``1532``,
+  ``30``) -- that the seed does not contain, or a quoted string of the added text found in one case's
+  question;
+- a span of `max_copied_tokens` or more consecutive tokens from one case's inputs or label.
+
+General language never blocks: program keywords and functions (``COUNT(DISTINCT ...)``, ``strftime``,
+``ORDER BY ... LIMIT``), format strings (``'%Y'``), numbers up to `max_general_number` (``LIMIT 10``
+for top-10 questions), and spans made only of keywords, punctuation and common words. A literal that
+several shown instances share (a value the task keeps using) is a pattern, not one instance's answer.
+Why: the old guard blocked any quoted literal or two-digit number of a gold query, which refused the
+rules a SQL task needs ("use strftime('%Y', ...)") while a rule naming an entity value passed only if
+it was unquoted.
 """
 
 from __future__ import annotations
@@ -16,7 +27,23 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_LITERAL = re.compile(r"'([^'\n]{2,80})'|\"([^\"\n]{2,80})\"|(?<![\w.])(\d[\d.,]*\d)(?![\w.])")
+_QUOTED = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(?![\w.])")
+_FORMAT = re.compile(r"^[%\W\d]*(?:%[a-zA-Z][%\W\d]*)+$")  # '%Y', '%Y-%m', '%d/%m/%Y'
+GENERAL_WORDS = frozenset("""
+select from where group by order having limit offset join inner left right outer cross natural on using as and
+or not in is null like glob between distinct all any exists union intersect except case when then else end cast
+count sum avg min max total strftime date datetime time julianday substr substring instr lower upper length trim
+round abs coalesce ifnull nullif iif replace asc desc values insert update delete create table view index with
+recursive over partition window rank row_number dense_rank integer text real numeric primary key foreign
+match optional return unwind collect size labels type keys nodes relationships exists skip merge
+def return if elif else for while in import from try except raise yield lambda none true false len sorted sort
+list dict set tuple str int float range enumerate zip map filter sum min max any all isinstance append
+the a an of to is are be for each every any all this that these those it its with without by per than then
+when whenever always never use using only one two first last top most least highest lowest number numbers
+column columns row rows table tables value values name names query queries question questions answer result
+results same different
+""".split())
 
 
 @dataclass(frozen=True)
@@ -37,54 +64,83 @@ def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(str(text).lower())
 
 
+def _general(literal: str, max_number: float) -> bool:
+    low = literal.strip().lower()
+    if not low or _FORMAT.match(low):
+        return True
+    try:
+        return float(low) <= max_number
+    except ValueError:
+        pass
+    words = re.findall(r"[a-z_]+", low)
+    return bool(words) and all(w in GENERAL_WORDS for w in words) and not re.search(r"\d", low)
+
+
+def _contains(text_norm: str, literal: str) -> bool:
+    return bool(re.search(rf"(?<!\w){re.escape(literal.lower())}(?!\w)", text_norm))
+
+
 class MemorizationGuard:
-    """Blocks candidates that copy labels, label literals or long spans from diagnosis cases.
+    """See the module docstring. `min_label_chars`: shorter labels ("3", "yes") are too common to
+    match whole and are checked as literals. `max_copied_tokens`: the longest allowed run of tokens
+    shared with one case. `max_general_number`: numbers up to this are general language."""
 
-    `min_label_chars`: shorter label values (e.g. "3", "yes") are too common to match as a whole and
-    are only checked as literals. `max_copied_tokens`: the longest allowed run of tokens shared with
-    a case's inputs or generated program.
-    """
-
-    def __init__(self, max_copied_tokens: int = 8, min_label_chars: int = 12):
+    def __init__(self, max_copied_tokens: int = 8, min_label_chars: int = 12, max_general_number: float = 10):
         self.max_copied_tokens = int(max_copied_tokens)
         self.min_label_chars = int(min_label_chars)
+        self.max_general_number = max_general_number
 
     def check(self, added_text: str, seed: str, cases: list[Any]) -> GuardVerdict:
         text = _norm(added_text)
         if not text:
             return GuardVerdict(True, "nothing added")
         seed_norm = _norm(seed)
-        added_grams = _ngrams(_tokens(added_text), self.max_copied_tokens)
+        sources = [(c, _norm(" ".join(map(str, [*getattr(c, "inputs", {}).values(), *getattr(c, "labels", {}).values()]))))
+                   for c in cases]
+
+        def owners(literal: str) -> list[Any]:
+            return [c for c, src in sources if _contains(src, literal)]
+
         for case in cases:
             for name, value in getattr(case, "labels", {}).items():
                 v = _norm(value)
                 if len(v) >= self.min_label_chars and v in text:
                     return GuardVerdict(False, f"contains the label {name!r} of case {case.case_id}")
                 for lit in _literals(value):
-                    low = lit.lower()
-                    if low not in seed_norm and re.search(rf"(?<!\w){re.escape(low)}(?!\w)", text):
-                        return GuardVerdict(False, f"contains the literal {lit!r} from the label {name!r} of case {case.case_id}")
-            if added_grams:
-                sources = {**case.inputs, **case.program, **getattr(case, "predictor_inputs", {})}
-                for name, value in sources.items():
-                    shared = added_grams & _ngrams(_tokens(value), self.max_copied_tokens)
-                    if shared:
-                        span = " ".join(min(shared))
-                        return GuardVerdict(
-                            False, f"copies {self.max_copied_tokens}+ tokens from {name!r} of case {case.case_id}: {span!r}"
-                        )
-        return GuardVerdict(True, "no label, label literal or long copied span")
+                    if _general(lit, self.max_general_number) or _contains(seed_norm, lit) or not _contains(text, lit):
+                        continue
+                    if len(owners(lit)) <= 1:
+                        return GuardVerdict(False, f"contains the literal {lit!r} from the label {name!r} of case "
+                                                   f"{case.case_id} (one instance's value, not a general rule)")
+        for lit in _literals(added_text, numbers=False):
+            if _general(lit, self.max_general_number) or _contains(seed_norm, lit):
+                continue
+            found = owners(lit)
+            if len(found) == 1:
+                return GuardVerdict(False, f"quotes {lit!r} from case {found[0].case_id} (one instance's value)")
+        added = _ngrams(_tokens(added_text), self.max_copied_tokens)
+        added = {g for g in added if not all(t in GENERAL_WORDS or not t.isalnum() for t in g)}
+        if added:
+            counts: dict[tuple[str, ...], list[Any]] = {}
+            for case, src in sources:
+                for g in added & _ngrams(_tokens(src), self.max_copied_tokens):
+                    counts.setdefault(g, []).append(case)
+            single = sorted(g for g, cs in counts.items() if len(cs) == 1)
+            if single:
+                case = counts[single[0]][0]
+                return GuardVerdict(False, f"copies {self.max_copied_tokens}+ tokens from case {case.case_id}: "
+                                           f"{' '.join(single[0])!r}")
+        return GuardVerdict(True, "no label, one-instance literal or copied span")
 
 
-def _literals(value: str) -> list[str]:
-    out = []
-    for quoted1, quoted2, number in _LITERAL.findall(str(value)):
-        lit = (quoted1 or quoted2 or number).strip()
-        if lit and (number or len(lit) >= 2):
-            out.append(lit)
-    if not out and 2 <= len(str(value).strip()) < 40 and re.search(r"\d", str(value)):
-        out.append(str(value).strip())  # a short expected output such as "1532"
-    return out
+def _literals(value: str, numbers: bool = True) -> list[str]:
+    text = str(value)
+    out = [(a or b or c).strip() for a, b, c in _QUOTED.findall(text)]
+    if numbers:
+        out += _NUMBER.findall(text)
+        if not out and 2 <= len(text.strip()) < 40 and re.search(r"\d", text):
+            out.append(text.strip())  # a short expected output such as "1532"
+    return [x for x in out if x]
 
 
 def _ngrams(tokens: list[str], n: int) -> set[tuple[str, ...]]:

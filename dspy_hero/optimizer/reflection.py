@@ -68,15 +68,31 @@ class ReflectionContext:
     num_candidates: int
     cases: list[Any] = field(default_factory=list)
     rejected: tuple[str, ...] = ()  # edits already tested against this prompt and rejected
+    proposed: tuple[str, ...] = ()  # edits already proposed in this round (a later call must differ)
+    temperature: float = 0.0  # sampling temperature of the reflection calls
+    sample: int = 0  # which proposal call of the round (distinct samples at temperature > 0)
+    focus: str = ""  # the failure category this call's evidence slice shows, if any
 
     def rules_and_rejected(self) -> str:
-        """The numbered rules, plus the edits already rejected (so a later round, often shown similar
-        evidence, proposes something new instead of repeating them)."""
+        """The numbered rules, plus the edits already rejected or proposed (so a later call, often
+        shown similar evidence, proposes something new instead of repeating them)."""
         text = numbered(self.rules)
         if self.rejected:
             text += ("\n\nAlready tested and rejected (they did not fix more than they broke); "
                      "propose different rules:\n" + "\n".join(f"- {r}" for r in self.rejected))
+        if self.proposed:
+            text += ("\n\nAlready proposed in this round; propose different rules:\n"
+                     + "\n".join(f"- {r}" for r in self.proposed))
+        if self.focus:
+            text += f"\n\nThe failing cases shown have this in common: {self.focus}"
         return text
+
+    def lm_config(self) -> dict[str, Any]:
+        """Per-call LM settings: temperature > 0 samples, and a distinct rollout id per call keeps the
+        K calls of a round from being answered from one cache entry."""
+        if self.temperature <= 0:
+            return {}
+        return {"temperature": self.temperature, "rollout_id": self.sample}
 
     @property
     def failing_ids(self) -> set[str]:
@@ -141,26 +157,36 @@ class RuleProposer:
         self.edit = dspy.Predict(ProposeRuleEdits)
 
     def propose(self, ctx: ReflectionContext) -> Proposal:
-        rules = numbered(ctx.rules)
+        """Diagnose, then ask for edits; when no edit is a usable rule (code, the template, a restated
+        error, a copied program), ask once more with the reason, then keep whatever parses."""
+        rules, config = numbered(ctx.rules), ctx.lm_config()
         try:
-            diag = _call(self.diagnose, ("preserve", "revise"), "revise", task_instructions=ctx.seed,
+            diag = _call(self.diagnose, ("preserve", "revise"), "revise", config, task_instructions=ctx.seed,
                          current_rules=rules, evidence=ctx.evidence)
             preserve, revise = diag.get("preserve", ""), diag.get("revise", "")
             gradient = f"Preserve:\n{preserve.strip()}\n\nRevise:\n{revise.strip()}"
-            out = _call(self.edit, ("edits",), "edits", task_instructions=ctx.seed, current_rules=ctx.rules_and_rejected(),
-                        preserve=preserve or "(none)", revise=revise or "(none)", num_edits=ctx.num_candidates)
+            asked = dict(task_instructions=ctx.seed, current_rules=ctx.rules_and_rejected(),
+                         preserve=preserve or "(none)", revise=revise or "(none)", num_edits=ctx.num_candidates)
+            raw = _call(self.edit, ("edits",), "edits", config, **asked).get("edits", "")
+            edits = parse_edits(raw, ctx.failing_ids, ctx.cases)
+            why = next((e.problem for e in edits if e.problem and e.problem.startswith(NOT_A_RULE)), None)
+            if why and not any(e.problem is None for e in edits):
+                asked["current_rules"] += (f"\n\nYour previous answer was not usable ({why}). Answer with "
+                                           "English rules of the form ADD: When <situation>, <what to do>. (F1)")
+                raw2 = _call(self.edit, ("edits",), "edits", config, **asked).get("edits", "")
+                raw, edits = f"{raw}\n[re-asked: {why}]\n{raw2}", edits + parse_edits(raw2, ctx.failing_ids, ctx.cases)
         except Exception as exc:  # LM down, timeouts, rate limits: the round records it, nothing is adopted
             return Proposal(error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-        raw = out.get("edits", "")
-        return Proposal(gradient=gradient, raw=raw, edits=parse_edits(raw, ctx.failing_ids))
+        return Proposal(gradient=gradient, raw=raw, edits=edits)
 
 
-def _call(predictor: dspy.Predict, fields: tuple[str, ...], fallback: str, **inputs) -> dict[str, str]:
+def _call(predictor: dspy.Predict, fields: tuple[str, ...], fallback: str, config: dict[str, Any] | None = None,
+          **inputs) -> dict[str, str]:
     """Run a predictor; if the adapter cannot parse the answer, keep the raw completion as the
     `fallback` field (small models often answer in free text: the failing behaviours, and the edit
     lines, are what matter, and the tolerant parsers below cope with free text)."""
     try:
-        pred = predictor(**inputs)
+        pred = predictor(**inputs, config=config) if config else predictor(**inputs)
         return {f: str(getattr(pred, f, "") or "") for f in fields}
     except dspy.utils.exceptions.AdapterParseError as exc:
         return {fallback: str(exc.lm_response or "")}
@@ -177,8 +203,9 @@ _CITE_GROUP = re.compile(r"[\(\[][^\)\]]*\b[FP]\d{1,3}\b[^\)\]]*[\)\]]")
 _TRAIL_CITE = re.compile(r"(?:[-–—,;:]\s*)?(?:cases?|cites?|fixes|see|addresses)?\s*:?\s*[FP]\d{1,3}(?:\s*(?:,|and|&|/)\s*[FP]\d{1,3})*\s*\.?\s*$", re.IGNORECASE)
 
 
-def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
-    """Tolerant parse of the edit list; each edit keeps its citations and a `problem` if unusable."""
+def parse_edits(text: str, failing_ids: set[str], cases: list[Any] | None = None) -> list[ProposedEdit]:
+    """Tolerant parse of the edit list; each edit keeps its citations and a `problem` if unusable
+    (given the `cases`, a rule that restates one's error or copies one's program is not a rule)."""
     items = _json_items(text)
     lines = items if items is not None else [ln for ln in str(text or "").splitlines()]
     edits: list[ProposedEdit] = []
@@ -191,14 +218,14 @@ def parse_edits(text: str, failing_ids: set[str]) -> list[ProposedEdit]:
             edit.problem = "cites no failing case shown in the evidence"
         elif edit.op != "delete" and len(edit.rule.split()) < 3:
             edit.problem = "rule too short to be a general instruction"
-        elif edit.op != "delete" and (why := _not_a_rule(edit.rule)):
+        elif edit.op != "delete" and (why := not_a_rule(edit.rule, cases or ())):
             edit.problem = why
         edits.append(edit)
     return edits
 
 
 _CODE = re.compile(  # how programs (not sentences about them) begin
-    r"^\s*(?:select\s+(?:\*|distinct\b|[\w.]+\s*(?:,|\bfrom\b))|with\s+\w+\s+as\s*\(|insert\s+into|update\s+\w+\s+set|"
+    r"^\s*(?:select\s+(?:\*|distinct\b|[\w.]+\s*(?:\([^)]*\)\s*)?(?:,|\bfrom\b|\bas\b))|with\s+\w+\s+as\s*\(|insert\s+into|update\s+\w+\s+set|"
     r"delete\s+from|create\s+(?:table|index|view)|(?:optional\s+)?match\s*\(|merge\s*\(|def\s+\w+\s*\(|import\s+\w+|"
     r"from\s+[\w.]+\s+import\b|class\s+\w+\s*[:(])",
     re.IGNORECASE,
@@ -211,13 +238,31 @@ _EMBEDDED = re.compile(  # a whole query inside a sentence ("When ..., SELECT * 
 )
 
 
-def _not_a_rule(rule: str) -> str | None:
-    """Why `rule` is not an instruction (small models often answer with a program or the template)."""
+NOT_A_RULE = "not a rule:"
+
+
+def not_a_rule(rule: str, cases: Any = ()) -> str | None:
+    """Why `rule` is not an instruction: small models often answer with a program, the template, the
+    error message they were shown, or the program of a case ("The correct query is SELECT ...")."""
     if "```" in rule or _CODE.match(rule) or _EMBEDDED.search(rule):
-        return "rule is a program fragment, not an instruction"
+        return f"{NOT_A_RULE} a program fragment, not an instruction"
     if re.search(r"<\s*(?:situation|what to do|new rule|rule|number)\s*>", rule, re.IGNORECASE):
-        return "rule repeats the template placeholder"
+        return f"{NOT_A_RULE} it repeats the template placeholder"
+    low = _squash(rule)
+    for case in cases:
+        for value in list(getattr(case, "program", {}).values()):
+            v = _squash(value)
+            if len(v) >= 16 and v in low:
+                return f"{NOT_A_RULE} it copies the program of case {case.case_id}"
+        for text in (getattr(case, "error", None), getattr(case, "feedback", None)):
+            t = _squash(text or "")
+            if len(t) >= 24 and (t in low or (len(low) >= 24 and low in t)):
+                return f"{NOT_A_RULE} it restates the execution feedback of case {case.case_id}"
     return None
+
+
+def _squash(text: str) -> str:
+    return " ".join(str(text).lower().split()).strip(" .")
 
 
 def _json_items(text: str) -> list[Any] | None:

@@ -5,6 +5,11 @@ Fix-to-break ratios (paper §6.1), both cumulative over the run:
   candidates that were adopted (the changes that actually shaped the prompt);
 - `overall_fix_break_ratio` = the same over every acceptance decision made, adopted or not.
 A ratio is None when there were no breaks (JSON has no infinity); the counts are always given.
+Both are IN-SAMPLE: counted on the pairs that made the decisions, so they are biased upward (a
+noise rule that passed its test looks good there by selection). The out-of-sample figures are in
+`lineage`: each adopted update re-scored against the prompt it replaced, and the chain up to that
+update against the seed, on the selection pool (`held_out_pool` says which pool), which decided
+none of them; `held_out_fixes`/`held_out_breaks` are the final prompt's against the seed.
 Token figures: `tokens_per_optimization_call` = reflection-LM tokens (input + output) per
 reflection-LM call, the paper's "tokens per optimization call"; `final_prompt_tokens` is the
 approximate token length (4 characters per token) of the final instructions, summed over predictors.
@@ -32,8 +37,9 @@ class CandidateRecord:
     cites: list[str] = field(default_factory=list)
     guard_allowed: bool | None = None
     guard_reason: str = ""
-    status: str = ""  # dropped / blocked / duplicate / tested / skipped
+    status: str = ""  # dropped / blocked / duplicate / queued / accepted / rejected / adopted / skipped
     decision: Decision | None = None
+    focus: str = ""  # the failure category of the evidence slice it was proposed from ("" = all evidence)
 
 
 @dataclass
@@ -49,6 +55,23 @@ class RoundRecord:
     adopted_instructions: str | None = None
     metric_calls: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+def _fix_break(before: dict[str, float], after: dict[str, float]) -> tuple[int, int, int]:
+    common = [k for k in before if k in after]
+    return (sum(after[k] > before[k] for k in common), sum(after[k] < before[k] for k in common), len(common))
+
+
+def lineage_row(entry_id: str, round_no: int, decision: Decision, parent: dict[str, float], child: dict[str, float],
+                seed: dict[str, float], final: bool = False) -> dict[str, Any]:
+    """One adopted update: its in-sample counts (the acceptance decision) next to its held-out counts
+    (vs. the prompt it replaced) and the cumulative held-out counts (vs. the seed)."""
+    f, b, n = _fix_break(parent, child)
+    cf, cb, cn = _fix_break(seed, child)
+    return {"entry_id": entry_id, "round": round_no, "final": final,
+            "in_sample": {"fixes": decision.fixes, "breaks": decision.breaks, "n": decision.n},
+            "held_out": {"fixes": f, "breaks": b, "n": n, "ratio": f / b if b else None},
+            "cumulative_held_out": {"fixes": cf, "breaks": cb, "n": cn, "ratio": cf / cb if cb else None}}
 
 
 @dataclass
@@ -80,6 +103,12 @@ class HeroResult:
     overall_breaks: int = 0
     overall_fix_break_ratio: float | None = None
     cumulative_fix_break: list[dict[str, Any]] = field(default_factory=list)  # per round, adopted sums
+    lineage: list[dict[str, Any]] = field(default_factory=list)  # per adopted update, see lineage_row
+    held_out_pool: str = ""
+    held_out_fixes: int = 0  # final vs. seed on the held-out pool
+    held_out_breaks: int = 0
+    held_out_n: int = 0
+    feedback_metric_calls: int = 0  # extra per-predictor metric executions (5-argument metrics), in the budget
     task_lm: LMUsage = field(default_factory=LMUsage)
     reflection_lm: LMUsage = field(default_factory=LMUsage)
     tokens_per_optimization_call: float | None = None
@@ -120,10 +149,14 @@ class HeroResult:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    @property
+    def held_out_fix_break_ratio(self) -> float | None:
+        return self.held_out_fixes / self.held_out_breaks if self.held_out_breaks else None
+
     def summary(self) -> str:
         adopted = sum(r.adopted_candidate_id is not None for r in self.rounds)
         return (
             f"HERO-O: {len(self.rounds)} rounds, {adopted} adopted, final={self.final_entry_id}, "
             f"{self.total_metric_calls}/{self.budget} metric calls, fix/break adopted "
-            f"{self.adopted_fixes}/{self.adopted_breaks}"
+            f"{self.adopted_fixes}/{self.adopted_breaks} in-sample, {self.held_out_fixes}/{self.held_out_breaks} held-out"
         )

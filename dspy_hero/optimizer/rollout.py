@@ -148,6 +148,7 @@ class RolloutResult:
     input_tokens: int = 0
     output_tokens: int = 0
     predictor_feedback: dict[str, str] = field(default_factory=dict)
+    feedback_calls: int = 0  # extra metric executions for per-predictor feedback (charged to the budget)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +156,28 @@ class RolloutResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutResult:
         return cls(**data)
+
+
+_PREFIX_FIELDS = ("db_id", "db_path", "graph_id", "schema", "db_schema", "graph_schema")
+
+
+def prefix_key(group_key: str | None) -> Callable[[Any], str]:
+    """The shared-prefix key of an example (its `group_key`, else a database / schema field): rollouts
+    that HERO-O may order freely run grouped by it, so consecutive prompts share a long prefix (the
+    schema) and prompt caches of the serving engine hit. Only the order changes, never the set."""
+    fields = (group_key,) if group_key else _PREFIX_FIELDS
+
+    def key(example: Any) -> str:
+        for name in fields:
+            try:
+                value = example.get(name) if hasattr(example, "get") else getattr(example, name, None)
+            except Exception:
+                value = None
+            if value is not None:
+                return str(value)
+        return ""
+
+    return key
 
 
 class RolloutJournal(Protocol):
@@ -212,6 +235,7 @@ class Rollouts:
         failure_score: float = 0.0,
         journal: RolloutJournal | None = None,
         display_progress: bool = True,
+        order_key: Callable[[Any], str] | None = None,
     ):
         self.student = student
         self.metric = metric
@@ -223,6 +247,9 @@ class Rollouts:
         self.cache: dict[tuple[str, str], RolloutResult] = {}
         self.usage = UsageMeter()
         self.replayed = 0
+        self.feedback_calls = 0
+        self.order_key = order_key
+        self._lock = threading.Lock()
         self._programs: dict[str, dspy.Module] = {}
         self._bar: Any = None  # one bar over the whole budget, like GEPA's
 
@@ -282,16 +309,23 @@ class Rollouts:
             if recorded is not None:
                 result = RolloutResult.from_dict(recorded)
                 self.replayed += 1
+                self._charge_feedback(self.budget.take(result.feedback_calls))  # paid as in the original run
                 self._store(key, result, journal=False)
                 out[ex_id] = result
             else:
                 live.append((ex_id, example))
         if live:
+            if self.order_key is not None:  # grouped by shared prefix; the set of examples is unchanged
+                live.sort(key=lambda item: self.order_key(item[1]))
             program = self._program(key, instructions)
             for result in self._run_many(program, live, desc):
                 self._store(key, result, journal=True)
                 out[result.example_id] = result
         return out
+
+    def _charge_feedback(self, n: int) -> None:
+        with self._lock:
+            self.feedback_calls += n
 
     def _store(self, key: str, result: RolloutResult, journal: bool) -> None:
         self.cache[(key, result.example_id)] = result
@@ -345,6 +379,7 @@ class Rollouts:
             name = names.get(id(predictor), type(predictor).__name__)
             traces.setdefault(name, []).append({"inputs": _fields(inputs), "outputs": _fields(outputs)})
         predictor_feedback: dict[str, str] = {}
+        extra = 0
         if error is not None:
             score, feedback = self.failure_score, f"The program failed before producing an answer ({error})."
         else:
@@ -358,7 +393,7 @@ class Rollouts:
                 error = f"metric raised {type(exc).__name__}: {_first_line(exc)}"
                 score, feedback = self.failure_score, f"The answer could not be scored ({error})."
             if error is None and self.metric.arity == 5 and len(names) > 1:
-                predictor_feedback = self._predictor_feedback(example, pred, trace, names)
+                predictor_feedback, extra = self._predictor_feedback(example, pred, trace, names)
         return RolloutResult(
             example_id=ex_id,
             score=score,
@@ -370,19 +405,30 @@ class Rollouts:
             input_tokens=meter.input_tokens,
             output_tokens=meter.output_tokens,
             predictor_feedback=predictor_feedback,
+            feedback_calls=extra,
         )
 
-    def _predictor_feedback(self, example: Any, pred: Any, trace: list, names: dict[int, str]) -> dict[str, str]:
-        """GEPA-style per-predictor feedback (the metric called with `pred_name`, `pred_trace`).
+    def _predictor_feedback(self, example: Any, pred: Any, trace: list,
+                            names: dict[int, str]) -> tuple[dict[str, str], int]:
+        """GEPA-style per-predictor feedback (the metric called with `pred_name`, `pred_trace`), and
+        how many extra metric executions it made.
 
-        It only refines the evidence: the rollout's score is already known, so a metric that fails
-        here costs that predictor its own feedback (the overall feedback stands in), not the score.
-        A score outside [0, 1] is still a broken metric (MetricError)."""
+        Each extra execution is a metric call, so it is taken from the budget first; when the budget
+        has none left the overall feedback stands in. It only refines the evidence: the rollout's
+        score is already known, so a metric that fails here costs that predictor its own feedback,
+        not the score. A score outside [0, 1] is still a broken metric (MetricError)."""
         out: dict[str, str] = {}
+        asked: set[str] = set()
+        extra = 0
         for predictor, inputs, outputs in trace:
             name = names.get(id(predictor))
-            if not name or name in out:
+            if not name or name in asked:
                 continue
+            asked.add(name)
+            if not self.budget.take(1):
+                break
+            extra += 1
+            self._charge_feedback(1)
             try:
                 _, fb = self.metric(example, pred, trace, name, [(predictor, inputs, outputs)])
             except MetricError:
@@ -392,7 +438,7 @@ class Rollouts:
                 continue
             if fb:
                 out[name] = fb
-        return out
+        return out, extra
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,90 @@
+"""HeroSettings: every HERO-O setting of one run, validated once and frozen.
+
+The run and its strategies read settings from this object only (never from the optimizer), so a
+strategy cannot depend on another one's knobs by accident and the journal fingerprint is exactly the
+set of values that can change a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# How much HERO-O searches per `auto` level: (rounds T, candidates K per round, acceptance max pairs).
+# Heavier levels also get a larger budget (dspy.GEPA.auto_budget); they spend it on more rounds, more
+# candidates and larger acceptance samples, not on re-testing the same ideas.
+SEARCH_LEVELS: dict[str, tuple[int, int, int]] = {
+    "light": (5, 4, 64),
+    "medium": (8, 6, 96),
+    "heavy": (12, 8, 128),
+}
+VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow")  # never change a result
+
+
+@dataclass(frozen=True)
+class HeroSettings:
+    auto: str | None = None
+    max_full_evals: int | None = None
+    max_metric_calls: int | None = None
+    num_threads: int = 1
+    failure_score: float = 0.0
+    perfect_score: float = 1.0
+    log_dir: str | None = None
+    use_mlflow: bool = False
+    seed: int | None = 0
+    num_rounds: int = 5
+    min_calls_per_round: int = 24
+    num_candidates: int = 4
+    num_failing_cases: int = 32
+    num_passing_cases: int = 32
+    failure_only: bool = False
+    evidence_token_budget: int = 3000
+    acceptance_margin: float = 0.0
+    acceptance_initial: int = 8
+    acceptance_max: int = 64
+    acceptance_alpha: float = 0.1
+    pool_fractions: tuple[float, float, float] = (0.3, 0.5, 0.2)
+    group_key: str | None = None
+    selection_budget_fraction: float = 0.2
+    max_rules: int = 12
+    max_rule_chars: int = 300
+    display_progress: bool = True
+    reflection_temperature: float = 1.0
+    max_proposal_calls: int | None = None  # None: num_candidates
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.failure_score <= 1.0 or not 0.0 < self.perfect_score <= 1.0:
+            raise ValueError("failure_score must be in [0, 1] and perfect_score in (0, 1]: scores are in [0, 1]")
+        if self.num_rounds < 0 or self.num_candidates < 1 or self.min_calls_per_round < 0:
+            raise ValueError("num_rounds and min_calls_per_round must be >= 0 and num_candidates >= 1")
+        if not 0.0 <= self.selection_budget_fraction < 1.0:
+            raise ValueError("selection_budget_fraction must be in [0, 1)")
+        if not 0.0 < self.acceptance_alpha < 0.5:
+            raise ValueError(f"acceptance_alpha must be in (0, 0.5), got {self.acceptance_alpha}: it bounds the "
+                             "probability that a run adopts a change that is not better (default 0.1)")
+        if self.acceptance_initial < 1 or self.acceptance_max < self.acceptance_initial:
+            raise ValueError("need 1 <= acceptance_initial <= acceptance_max")
+        if not 0.0 <= self.acceptance_margin < 1.0:
+            raise ValueError("acceptance_margin must be in [0, 1)")
+        if self.reflection_temperature < 0:
+            raise ValueError("reflection_temperature must be >= 0")
+
+    @property
+    def proposal_calls(self) -> int:
+        return self.max_proposal_calls if self.max_proposal_calls is not None else self.num_candidates
+
+    def fingerprint_items(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k not in VOLATILE}
+
+    @classmethod
+    def resolve(cls, **given: Any) -> HeroSettings:
+        """Settings from the optimizer's arguments; None for num_rounds / num_candidates /
+        acceptance_max means the `auto` level's value (light when no auto is set)."""
+        level = SEARCH_LEVELS[given.get("auto") or "light"] if (given.get("auto") or "light") in SEARCH_LEVELS else SEARCH_LEVELS["light"]
+        for name, value in zip(("num_rounds", "num_candidates", "acceptance_max"), level):
+            if given.get(name) is None:
+                given[name] = value
+        if given.get("num_threads") is None:
+            given["num_threads"] = 1
+        given["pool_fractions"] = tuple(given.get("pool_fractions") or (0.3, 0.5, 0.2))
+        return cls(**given)

@@ -1,0 +1,62 @@
+"""The candidate builder: proposals -> distinct, guarded candidate prompts (at most K per round)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dspy_hero.optimizer.instructions import PromptState, apply_edit
+from dspy_hero.optimizer.reflection import Proposal, not_a_rule
+from dspy_hero.optimizer.result import CandidateRecord
+from dspy_hero.optimizer.strategies.protocols import Candidate
+
+
+class GuardedBuilder:
+    """Applies each edit to the current rules and drops, with the reason on record: unusable edits
+    (uncited, not a rule, over the limits), duplicates of the current prompt or of a candidate already
+    queued this round, edits already rejected against this same prompt (re-testing them would spend
+    budget to repeat a decision), and edits the memorization guard blocks; queues at most `limit`."""
+
+    def __init__(self, guard: Any, *, max_rules: int, max_rule_chars: int, limit: int):
+        self.guard, self.max_rules, self.max_rule_chars, self.limit = guard, max_rules, max_rule_chars, limit
+        self._ids: dict[int, int] = {}
+
+    def build(self, round_no: int, state: PromptState, proposal: Proposal, cases: list[Any],
+              rejected: dict[str, str | None], taken: set[str]) -> tuple[list[CandidateRecord], list[Candidate]]:
+        records: list[CandidateRecord] = []
+        queued: list[Candidate] = []
+        options: list[tuple[str, Any]] = [("edit", e) for e in proposal.edits] + [("text", t) for t in proposal.texts]
+        for kind, item in options:
+            n = self._ids[round_no] = self._ids.get(round_no, 0) + 1
+            cid = f"r{round_no}{'c' if kind == 'edit' else 't'}{n}"
+            if kind == "edit":
+                rec = CandidateRecord(cid, kind, item.to_edit().describe(), "", list(item.cites))
+                problem = item.problem or (not_a_rule(item.rule, cases) if item.op != "delete" else None)
+                rules = apply_edit(state.rules, item.to_edit(), self.max_rules, self.max_rule_chars) if not problem else problem
+                records.append(rec)
+                if isinstance(rules, str):
+                    rec.status = f"dropped: {rules}"
+                    continue
+                new_state, added = PromptState(state.seed, rules), item.rule
+            else:
+                rec = CandidateRecord(cid, kind, "full text", "", [])
+                records.append(rec)
+                new_state, added = PromptState(state.seed, state.rules, override=item), item.replace(state.seed, " ")
+            rec.instructions = new_state.render()
+            if rec.instructions == state.render() or rec.instructions in taken:
+                rec.status = "duplicate"
+                continue
+            if rec.instructions in rejected:
+                rec.status = "duplicate: already rejected against the current prompt"
+                continue
+            verdict = self.guard.check(added, state.seed, cases)
+            rec.guard_allowed, rec.guard_reason = verdict.allowed, verdict.reason
+            if not verdict.allowed:
+                rec.status = "blocked"
+                continue
+            if len(taken) >= self.limit:
+                rec.status = f"skipped: beyond num_candidates={self.limit}"
+                continue
+            taken.add(rec.instructions)
+            rec.status = "queued"
+            queued.append(Candidate(rec, new_state))
+        return records, queued
