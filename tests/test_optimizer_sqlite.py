@@ -93,3 +93,26 @@ def test_hero_o_on_real_sqlite(tmp_path):
     assert all(pools) and not res.pools["selection_reuses_update"]
     assert not (pools[0] & pools[1]) and not (pools[1] & pools[2]) and not (pools[0] & pools[2])
     assert before == {p: digest(p) for p in before}
+
+
+def test_the_loop_shows_the_reflector_programmatic_diagnoses(tmp_path):
+    """The run wires its Diagnoser into the evidence: every failing case shown carries a
+    'Diagnosis:' line and the counted patterns open the evidence (breaking the wiring fails this)."""
+    data = [e for e in examples(tmp_path) if e.db_id != "db7"]
+    seen: list[str] = []
+
+    def recording(req):
+        if "evidence" in req.inputs:
+            seen.append(req.inputs["evidence"])
+        return reflect(req)
+
+    tl, rl = scripted_lm(task), scripted_lm(recording)
+    with dspy.context(lm=tl):
+        HeroOptimizer(reflection_lm=rl, group_key="db_id", num_rounds=1, display_progress=False).compile(
+            GenerateProgram("sql", ["question", "db_schema"]), data)
+    assert seen, "the reflector never saw evidence"
+    evidence = seen[0]
+    assert evidence.startswith("## Failure patterns found by program analysis")
+    failing = re.findall(r"### Case F\d+.*?(?=### Case |\Z)", evidence, re.DOTALL)
+    assert failing and all("Diagnosis: " in block for block in failing)
+    assert "db_path" not in evidence  # environment references are never shown as inputs

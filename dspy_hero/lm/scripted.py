@@ -27,6 +27,8 @@ from typing import Any, Callable
 import dspy
 from dspy.lm15 import Message, Response, Usage
 
+from dspy_hero.text import approx_tokens  # noqa: F401  (re-exported for tests)
+
 _FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\[\[ ## \w+ ## \]\]|\Z)", re.DOTALL)
 _OBJECTIVE = "your objective is:"
 
@@ -42,11 +44,6 @@ class ScriptedRequest:
     output_fields: tuple[str, ...]
     messages: tuple[tuple[str, str], ...]
     wants_json: bool = False
-
-
-def approx_tokens(text: str) -> int:
-    """A cheap, deterministic token estimate (about 4 characters per token)."""
-    return max(1, (len(text) + 3) // 4) if text else 0
 
 
 def parse_request(request: Any) -> ScriptedRequest:

@@ -36,6 +36,7 @@ import dspy
 
 from dspy_hero.diagnosis import CategoryCount, Diagnoser, Diagnosis, count_categories
 from dspy_hero.diagnosis.fields import environment_fields, is_environment_reference, language_of, program_text
+from dspy_hero.text import approx_tokens
 
 logger = logging.getLogger("dspy_hero.optimizer")
 
@@ -46,11 +47,6 @@ MAX_EVIDENCE_TOKENS = 60_000  # 32 + 32 cases fit with room to spare; more only 
 PROMPT_OVERHEAD_TOKENS = 1500  # reflection instructions, current rules, rejected edits, adapter framing
 TOKEN_SAFETY = 0.8  # approx_tokens counts 4 characters a token; SQL, DDL and code tokenize denser
 _TRUNCATED = " …[truncated]"  # the rollout trace's cut marker (rollout._text)
-
-
-def approx_tokens(text: str) -> int:
-    """A cheap, deterministic token estimate (about 4 characters per token), as the scripted LM counts."""
-    return max(1, (len(text) + 3) // 4) if text else 0
 
 
 @dataclass

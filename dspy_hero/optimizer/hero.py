@@ -69,7 +69,10 @@ class HeroOptimizer(Teleprompter):
     ``auto`` level's search (light: T=5, K=4, 64 pairs; medium: 8, 6, 96; heavy: 12, 8, 128; see
     settings.SEARCH_LEVELS); ``min_calls_per_round`` (default 24) plans fewer, better-funded rounds when
     the budget cannot fund T (0 keeps a fixed T); up to 32 failing and 32 passing cases
-    (``failure_only`` is the ablation switch); ``evidence_token_budget``; ``reflection_temperature``
+    (``failure_only`` is the ablation switch); ``evidence_token_budget`` (None: sized from the reflection
+    LM's context window, so a 128K model sees 32 + 32 cases); ``training_references`` (False: the evidence
+    holds label-free facts only; True adds each TRAINING case's reference program and its structural
+    diff, never used at test time); ``reflection_temperature``
     (default 1.0, as GEPA users run the reflector) and ``max_proposal_calls`` (default K: reflection
     calls per round, over different evidence slices, until K distinct new candidates exist);
     ``pool_fractions`` (diagnosis, update, selection; default 0.3 / 0.5 / 0.2: the update pool bounds
@@ -129,7 +132,8 @@ class HeroOptimizer(Teleprompter):
         num_failing_cases: int = 32,
         num_passing_cases: int = 32,
         failure_only: bool = False,
-        evidence_token_budget: int = 3000,
+        evidence_token_budget: int | None = None,
+        training_references: bool = False,
         acceptance_margin: float = 0.0,
         acceptance_initial: int = 8,
         acceptance_max: int | None = None,
@@ -169,6 +173,7 @@ class HeroOptimizer(Teleprompter):
         self.min_calls_per_round = min_calls_per_round
         self.num_failing_cases, self.num_passing_cases, self.failure_only = num_failing_cases, num_passing_cases, failure_only
         self.evidence_token_budget = evidence_token_budget
+        self.training_references = training_references
         self.acceptance_margin, self.acceptance_initial = acceptance_margin, acceptance_initial
         self.acceptance_max, self.acceptance_alpha = acceptance_max, acceptance_alpha
         self.pool_fractions, self.group_key = tuple(pool_fractions), group_key
@@ -221,6 +226,7 @@ class HeroOptimizer(Teleprompter):
             min_calls_per_round=self.min_calls_per_round, num_candidates=self.num_candidates,
             num_failing_cases=self.num_failing_cases, num_passing_cases=self.num_passing_cases,
             failure_only=self.failure_only, evidence_token_budget=self.evidence_token_budget,
+            training_references=self.training_references,
             acceptance_margin=self.acceptance_margin, acceptance_initial=self.acceptance_initial,
             acceptance_max=self.acceptance_max, acceptance_alpha=self.acceptance_alpha,
             pool_fractions=self.pool_fractions, group_key=self.group_key,

@@ -26,6 +26,7 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.diagnosis import Diagnoser
 from dspy_hero.optimizer.acceptance import SignTestAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, resolve_budget
@@ -168,9 +169,13 @@ class HeroRun:
                                  display_progress=s.display_progress, order_key=prefix_key(s.group_key))
         self.sampler = RotatingSampler(self.pools.diagnosis, self.rng_seed, s.num_failing_cases + s.num_passing_cases,
                                        s.acceptance_initial)
-        self.evidence = CaseEvidence(o.evidence_renderer or DefaultEvidenceRenderer(s.evidence_token_budget), self.examples,
-                                     pass_threshold=s.perfect_score, num_failing=s.num_failing_cases,
-                                     num_passing=s.num_passing_cases, failure_only=s.failure_only)
+        renderer = o.evidence_renderer or DefaultEvidenceRenderer(s.evidence_token_budget, reflection_lm=self.reflection_lm,
+                                                                  training_references=s.training_references)
+        self.diagnoser = Diagnoser()  # one per run: environments (graphs, sandboxes) are opened once
+        self.evidence = CaseEvidence(renderer, self.examples, pass_threshold=s.perfect_score,
+                                     num_failing=s.num_failing_cases, num_passing=s.num_passing_cases,
+                                     failure_only=s.failure_only, diagnoser=self.diagnoser,
+                                     training_references=s.training_references)
         guard = o.guard or MemorizationGuard()
         self.proposer = o.proposer or default_proposer(guard)
         self.proposals = SlicedProposals(s.proposal_calls, s.reflection_temperature)
@@ -221,6 +226,7 @@ class HeroRun:
             return self._finish()
         finally:
             self.rollouts.close()
+            self.diagnoser.close()
             if mlflow_end is not None:
                 mlflow_end()
             if self.journal:

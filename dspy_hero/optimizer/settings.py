@@ -38,7 +38,8 @@ class HeroSettings:
     num_failing_cases: int = 32
     num_passing_cases: int = 32
     failure_only: bool = False
-    evidence_token_budget: int = 3000
+    evidence_token_budget: int | None = None  # None: sized from the reflection LM's context window
+    training_references: bool = False  # show TRAINING cases' reference programs and their structural diff
     acceptance_margin: float = 0.0
     acceptance_initial: int = 8
     acceptance_max: int = 64

@@ -17,8 +17,13 @@ _VOLATILE = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\d+")
 
 
 def failure_kind(case: Any) -> str:
-    """A coarse, label-free category of a failing case: the error type when the rollout failed,
-    else the first clause of the execution feedback with literals and numbers blanked."""
+    """A label-free category of a failing case: the primary category of its programmatic diagnosis
+    when it has one (the pattern the evidence header counts), else the error type when the rollout
+    failed, else the first clause of the execution feedback with literals and numbers blanked."""
+    diagnosis = getattr(case, "diagnosis", None)
+    primary = diagnosis.label_free_only().primary if diagnosis is not None else None
+    if primary is not None:
+        return primary.describe()
     if case.error:
         return case.error.split(":", 1)[0].strip() or "error"
     text = _VOLATILE.sub("_", str(case.feedback or "").strip().splitlines()[0] if case.feedback else "")
@@ -27,14 +32,16 @@ def failure_kind(case: Any) -> str:
 
 class CaseEvidence:
     def __init__(self, renderer: Any, examples: dict[str, Any], *, pass_threshold: float, num_failing: int,
-                 num_passing: int, failure_only: bool):
+                 num_passing: int, failure_only: bool, diagnoser: Any = True, training_references: bool = False):
         self.renderer, self.examples = renderer, examples
+        self.diagnoser, self.training_references = diagnoser, training_references
         self.pass_threshold, self.num_failing, self.num_passing = pass_threshold, num_failing, num_passing
         self.failure_only = failure_only
 
     def render(self, results: list[Any], predictor: str) -> Evidence:
         cases = build_cases(results, self.examples, predictor, pass_threshold=self.pass_threshold,
-                            num_failing=self.num_failing, num_passing=self.num_passing, failure_only=self.failure_only)
+                            num_failing=self.num_failing, num_passing=self.num_passing, failure_only=self.failure_only,
+                            diagnose=self.diagnoser, training_references=self.training_references)
         if self.failure_only:
             cases = [c for c in cases if not c.passed]  # the ablation: the reflector never sees a passing case
         if not cases:
