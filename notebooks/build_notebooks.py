@@ -186,10 +186,12 @@ print(f"HERO-O: pass@1 {pass_at_1(hero_o_eval):.1%}, mean score {hero_o_eval.sco
 
 REFINE = '''\
 from dspy_hero import HeroRefine
+from dspy_hero.refine import verified_demo_bank
 
-# The task's environments (one per database or graph, on the metric's engine) serve refinement and
-# the verification of the demos.
-refined = HeroRefine(generator=optimized, environment=task.environment_for, demos=task.train, budget=3)
+# The task's environments (one per database or graph, on the metric's engine) serve refinement; the
+# demos are training examples whose reference program the task metric verifies.
+demos = verified_demo_bank(task.train, task.metric)
+refined = HeroRefine(generator=optimized, environment=task.environment_for, demos=demos, budget=3)
 hero_t_eval = evaluate(refined)
 print(f"HERO-O + HERO-T: pass@1 {pass_at_1(hero_t_eval):.1%}, mean score {hero_t_eval.score:.1f}%")
 print("refinement usage:", refined.usage.snapshot())'''

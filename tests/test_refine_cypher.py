@@ -14,7 +14,7 @@ from refine_scripts import RoleScript
 from dspy_hero.execution.environments import environment_for
 from dspy_hero.refine.demos import DemoBank
 from dspy_hero.refine.module import HeroRefine
-from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE
+from dspy_hero.refine.trace import EXECUTE, PROBE, REVISE, STOP
 from dspy_hero.tasks.programs import GenerateProgram
 
 SCRIPT = """
@@ -44,7 +44,8 @@ def graph_file(tmp_path_factory):
 def test_wrong_relationship_type_is_fixed_on_the_embedded_engine(engine, graph_file):
     script = RoleScript(
         generator={"cypher": WRONG},
-        refiner=[{"action": "probe", "argument": "relationship_types"}, {"action": "revise", "argument": "use ACTED_IN"}],
+        refiner=[{"action": "probe", "argument": "relationship_types"}, {"action": "revise", "argument": "use ACTED_IN"},
+                 {"action": "stop", "argument": ""}],
         reviser={"reason": "[0] returned no rows; [1] the graph's type is ACTED_IN", "revised_program": FIXED},
         judge={"reason": "the probe lists ACTED_IN, not ACTS_IN", "supported": True},
     )
@@ -54,12 +55,15 @@ def test_wrong_relationship_type_is_fixed_on_the_embedded_engine(engine, graph_f
         pred = refiner(question="Who acted in Deep Orbit?", graph_schema="(:Person)-[:ACTED_IN]->(:Movie)",
                        graph="films", graph_source=graph_file)
     trace = pred.refinement
-    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE]
+    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE, STOP]
     assert "returned 0 row(s)" in trace.steps[0].evidence
+    # the empty result makes the program suspect; the revision returns rows: the checks accept it
+    assert "SUSPECT" in trace.steps[0].evidence and trace.steps[2].verdict.stage == "checks"
+    assert script.count("judge") == 0
     assert "ACTED_IN" in trace.steps[1].evidence and "DIRECTED" in trace.steps[1].evidence
     assert trace.steps[2].verdict.accepted and "2 row(s)" in trace.steps[2].verdict.execution
     assert pred.cypher == FIXED and pred.changed
-    assert trace.stop_reason.startswith("accepted")
+    assert trace.stop_reason == "refiner stopped" and script.seen["refiner"][2].inputs["program"] == FIXED
     # the generator saw only its own inputs, never the environment references
     assert "graph_source" not in script.seen["generator"][0].inputs
 

@@ -117,11 +117,29 @@ def test_gate_runs_checks_in_order_and_skips_the_judge_on_failure():
 
     ran = Execution(ok=True, rows=((1,),), columns=("x",))
     gate = EvidenceGate(judge=judge)
-    verdict, execution = gate.review("SELECT 1", "SELECT 2", "r", "e", Env(), "sql", lambda p: ran)
+    verdict, execution, _ = gate.review("SELECT 1", "SELECT 2", "r", "e", Env(), "sql", lambda p: ran)
     assert not verdict.accepted and verdict.reason == "no columns" and not calls and execution is ran
     gate = EvidenceGate(checks=(), judge=judge)
-    verdict, _ = gate.review("SELECT 1", "SELECT 2", "r", "e", Env(), "sql", lambda p: ran)
+    verdict, _, _ = gate.review("SELECT 1", "SELECT 2", "r", "e", Env(), "sql", lambda p: ran)
     assert verdict.accepted and verdict.judge_called and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "question, bound",
+    [
+        ("How many singers do we have?", 1),
+        ("Which stadium has the largest capacity?", 1),
+        ("Show the name and the release year of the song by the youngest singer.", 3),
+        ("What are the names, countries, and ages for every singer?", 5),
+        ("For each stadium, how many concerts are there?", 3),
+        ("Show all information about the singers from France.", None),
+        ("", None),
+    ],
+)
+def test_column_bound_of_a_question(question, bound):
+    from dspy_hero.refine.suspect import columns_asked_at_most
+
+    assert columns_asked_at_most(question or None) == bound
 
 
 def test_evidence_text_keeps_the_anchor_and_elides_old_steps():

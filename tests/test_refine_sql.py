@@ -12,7 +12,7 @@ from refine_scripts import RoleScript
 from dspy_hero.execution.environments import environment_for
 from dspy_hero.refine.demos import DemoBank
 from dspy_hero.refine.module import HeroRefine
-from dspy_hero.refine.trace import ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE
+from dspy_hero.refine.trace import ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE, STOP
 from dspy_hero.tasks.programs import GenerateProgram
 
 pytest.importorskip("dspy_hero.execution.sqlite_probes")
@@ -54,37 +54,49 @@ def run(script: RoleScript, refiner: HeroRefine, db_path: str, **extra):
 def test_wrong_column_is_fixed_from_the_schema_probe(db_path, judge_when_failing):
     script = RoleScript(
         generator={"sql": WRONG},
-        refiner=[{"action": "probe", "argument": "schema: singer"}, {"action": "revise", "argument": "use the real column"}],
+        refiner=[{"action": "probe", "argument": "schema: singer"}, {"action": "revise", "argument": "use the real column"},
+                 {"action": "stop", "argument": ""}],
         reviser={"reason": "[1] no such column nam; [2] the schema lists `name`", "revised_program": f"```sql\n{FIXED}\n```"},
         judge={"reason": "the schema probe shows the column is name", "supported": True},
     )
     pred = run(script, make(script, judge_when_failing=judge_when_failing), db_path)
     assert pred.sql == FIXED and pred.changed and pred.initial_program == WRONG
     trace = pred.refinement
-    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE]
+    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE, STOP]
     assert "no such column" in trace.steps[0].evidence.lower()
     assert "CREATE TABLE singer" in trace.steps[1].evidence and "name TEXT" in trace.steps[1].evidence
     verdict = trace.steps[2].verdict
     assert "3 row(s)" in verdict.execution
-    assert "name TEXT" in script.seen["reviser"][0].inputs["evidence"]  # the reviser saw the probe's evidence
-    # accepted clean revision ends the episode: 2 of 3 actions used
-    assert trace.actions_used == 2 and trace.stop_reason.startswith("accepted")
+    reviser_saw = script.seen["reviser"][0].inputs
+    assert "name TEXT" in reviser_saw["evidence"]  # the reviser saw the probe's evidence ...
+    # ... and the programmatic diagnosis: the column does not exist, the table has `name`
+    assert "SUSPECT" in reviser_saw["diagnosis"] and "similar columns in `singer`: `name`" in reviser_saw["diagnosis"]
+    # the accepted revision seeds the next step: the refiner is asked again, about the new program
+    assert script.seen["refiner"][2].inputs["program"] == FIXED and "ACCEPTED" in script.seen["refiner"][2].inputs["evidence"]
+    assert trace.actions_used == 2 and trace.stop_reason == "refiner stopped"
     assert trace.env_actions == 3  # initial run, schema probe, revision run
+    assert trace.initial_suspicions and "no such column" in trace.initial_suspicions[0]
     if judge_when_failing:  # the paper's gate: the judge decides, having seen the probe's evidence
         assert verdict.accepted and verdict.stage == "judge" and verdict.judge_called
         assert "name TEXT" in script.seen["judge"][0].inputs["evidence"]
-        assert trace.lm_calls == 5 == pred.lm_calls  # generator + 2 refiner + reviser + judge
-        assert trace.lm_calls_by_role == {"generator": 1, "refiner": 2, "reviser": 1, "judge": 1}
-    else:  # the query failed to run; the revision passes every check: no judge needed
+        assert trace.lm_calls == 6 == pred.lm_calls  # generator + 3 refiner + reviser + judge
+        assert trace.lm_calls_by_role == {"generator": 1, "refiner": 3, "reviser": 1, "judge": 1}
+    else:  # the query failed to run; the revision passes every check with a plausible result: no judge
         assert verdict.accepted and verdict.stage == "checks" and not verdict.judge_called
         assert "fails its checks" in verdict.reason and "judge" not in script.seen
-        assert trace.lm_calls_by_role == {"generator": 1, "refiner": 2, "reviser": 1}
+        assert trace.lm_calls_by_role == {"generator": 1, "refiner": 3, "reviser": 1}
+    summary = trace.summary()
+    assert summary["accepted_revisions"] == [{"step": 2, "before": WRONG, "after": FIXED, "stage": verdict.stage,
+                                              "after_ran": summary["accepted_revisions"][0]["after_ran"]}]
+    assert summary["actions_used"] == 2 and summary["lm_calls"] == trace.lm_calls and summary["proposals"] == 1
 
 
-def test_judge_still_decides_when_the_current_program_runs(db_path):
-    # The current query runs cleanly (wrong or not, nothing questions it): a revision needs the judge.
+@pytest.mark.parametrize("current", ["SELECT name FROM singer WHERE age > 40", "SELECT name FROM singer WHERE age > 100"])
+def test_judge_still_decides_when_the_current_program_runs(db_path, current):
+    # The current query passes its checks (a plausible result, or an empty one: suspect, yet an empty
+    # answer can be right): a revision needs the judge.
     script = RoleScript(
-        generator={"sql": "SELECT name FROM singer WHERE age > 100"},
+        generator={"sql": current},
         refiner=[{"action": "revise", "argument": "maybe fewer rows"}, {"action": "stop", "argument": ""}],
         reviser={"reason": "a guess", "revised_program": FIXED},
         judge={"reason": "nothing in the evidence asks for this", "supported": False},
@@ -92,22 +104,61 @@ def test_judge_still_decides_when_the_current_program_runs(db_path):
     pred = run(script, make(script), db_path)
     verdict = pred.refinement.steps[1].verdict
     assert not verdict.accepted and verdict.stage == "judge" and verdict.judge_called and not pred.changed
+    assert bool(pred.refinement.initial_suspicions) == current.endswith("100")
 
 
 def test_unsupported_revision_is_rejected_by_the_judge(db_path):
     script = RoleScript(
         generator={"sql": FIXED},
-        refiner=[{"action": "revise", "argument": "maybe Germany"}, {"action": "stop", "argument": ""}],
-        reviser={"reason": "I think Germany", "revised_program": FIXED.replace("France", "Germany")},
-        judge={"reason": "nothing in the evidence mentions Germany", "supported": False},
+        refiner=[{"action": "revise", "argument": "maybe the Netherlands"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "I think the Netherlands", "revised_program": FIXED.replace("France", "Netherlands")},
+        judge={"reason": "nothing in the evidence mentions the Netherlands", "supported": False},
     )
     pred = run(script, make(script), db_path)
     assert pred.sql == FIXED and not pred.changed
     step = pred.refinement.steps[1]
-    assert step.action == REVISE and step.proposal.endswith("'Germany'")
+    assert step.action == REVISE and step.proposal.endswith("'Netherlands'")
     assert not step.verdict.accepted and step.verdict.stage == "judge" and step.verdict.judge_called
     assert script.count("judge") == 1
     assert pred.refinement.stop_reason == "refiner stopped"
+
+
+@pytest.mark.parametrize("judge_when_failing", [False, True])
+def test_a_revision_that_makes_a_plausible_result_suspect(db_path, judge_when_failing):
+    # FIXED returns three rows; the revision returns none. The shape rules reject it without the judge;
+    # the paper's gate leaves it to the judge (here a credulous one).
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner=[{"action": "revise", "argument": "maybe Germany"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "I think Germany", "revised_program": FIXED.replace("France", "Germany")},
+        judge={"reason": "looks fine", "supported": True},
+    )
+    pred = run(script, make(script, judge_when_failing=judge_when_failing), db_path)
+    verdict = pred.refinement.steps[1].verdict
+    assert "SUSPECT: the query returned no rows" in verdict.execution
+    if judge_when_failing:
+        assert verdict.accepted and verdict.judge_called and pred.changed
+    else:
+        assert not verdict.accepted and verdict.stage == "checks" and "judge" not in script.seen
+        assert "no rows" in verdict.reason and not pred.changed
+
+
+@pytest.mark.parametrize("judge_when_failing", [False, True])
+def test_a_revision_that_stays_suspect_needs_the_judge(db_path, judge_when_failing):
+    # The current query fails; the revision runs but returns nothing: the checks cannot decide.
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "revise", "argument": "fix the column"}, {"action": "stop", "argument": ""}],
+        reviser={"reason": "[0] no such column", "revised_program": FIXED.replace("France", "france")},
+        judge={"reason": "the value is spelled France in the data", "supported": False},
+    )
+    pred = run(script, make(script, judge_when_failing=judge_when_failing), db_path)
+    verdict = pred.refinement.steps[1].verdict
+    assert not verdict.accepted and verdict.stage == "judge" and verdict.judge_called and pred.sql == WRONG
+    # the judge is told the revision's result is suspect, and sees the current program's diagnosis
+    judge_saw = script.seen["judge"][0].inputs
+    assert "SUSPECT: the query returned no rows" in judge_saw["new_execution"]
+    assert "Diagnosis of the current program" in judge_saw["evidence"] and "no such column" in judge_saw["evidence"]
 
 
 def test_revision_that_fails_to_execute_is_rejected_without_the_judge(db_path):
@@ -309,7 +360,7 @@ def test_refiner_lm_serves_the_refinement_calls_and_environment_may_be_given(db_
 
     task_script = RoleScript(generator={"sql": WRONG})
     refine_script = RoleScript(
-        refiner=[{"action": "revise", "argument": "column is name"}],
+        refiner=[{"action": "revise", "argument": "column is name"}, {"action": "stop", "argument": ""}],
         reviser={"reason": "error says nam does not exist", "revised_program": FIXED},
         judge={"reason": "ok", "supported": True},
     )
@@ -320,8 +371,8 @@ def test_refiner_lm_serves_the_refinement_calls_and_environment_may_be_given(db_
         pred = refiner(question=QUESTION)  # no db_path needed: the environment was given
     assert pred.sql == FIXED
     assert task_script.count("generator") == 1 and set(task_script.seen) == {"generator"}
-    assert (refine_script.count("refiner"), refine_script.count("reviser"), refine_script.count("judge")) == (1, 1, 1)
-    assert pred.refinement.lm_calls_by_role == {"generator": 1, "refiner": 1, "reviser": 1, "judge": 1}
+    assert (refine_script.count("refiner"), refine_script.count("reviser"), refine_script.count("judge")) == (2, 1, 1)
+    assert pred.refinement.lm_calls_by_role == {"generator": 1, "refiner": 2, "reviser": 1, "judge": 1}
 
 
 def test_bad_configuration_fails_clearly(db_path):
@@ -387,23 +438,25 @@ def test_the_last_action_revises_a_program_that_still_fails(db_path):
 def test_repeated_probe_or_diagnosis_becomes_a_revision(db_path):
     script = RoleScript(
         generator={"sql": WRONG},
-        refiner=[{"action": "probe", "argument": "schema"}, {"action": "probe", "argument": "schema"}],
+        refiner=[{"action": "probe", "argument": "schema"}, {"action": "probe", "argument": "schema"},
+                 {"action": "stop", "argument": ""}],
         reviser={"reason": "[1] schema lists name", "revised_program": FIXED},
     )
     pred = run(script, make(script, budget=5), db_path)
     trace = pred.refinement
-    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE]  # the probe is not run again
+    assert [s.action for s in trace.steps] == [EXECUTE, PROBE, REVISE, STOP]  # the probe is not run again
     assert trace.steps[2].argument == "use what probe step [1] showed" and trace.env_actions == 3
     assert pred.sql == FIXED
     script = RoleScript(
         generator={"sql": WRONG},
         refiner=[{"action": "diagnose", "argument": "column nam does not exist; it is name"},
-                 {"action": "diagnose", "argument": "Column nam does not exist;  it is name"}],
+                 {"action": "diagnose", "argument": "Column nam does not exist;  it is name"},
+                 {"action": "stop", "argument": ""}],
         reviser={"reason": "[1] schema lists name", "revised_program": FIXED},
     )
     pred = run(script, make(script, budget=5), db_path)
     trace = pred.refinement
-    assert [s.action for s in trace.steps] == [EXECUTE, "diagnose", REVISE]
+    assert [s.action for s in trace.steps] == [EXECUTE, "diagnose", REVISE, STOP]
     assert trace.steps[2].argument.startswith("Column nam") and pred.sql == FIXED
 
 
@@ -412,7 +465,7 @@ def test_only_failing_skips_clean_initial_programs_and_still_refines_failing_one
     pred = run(clean, make(clean, only_failing=True), db_path)
     assert pred.sql == FIXED and not pred.changed
     assert pred.lm_calls == 1 and "refiner" not in clean.seen  # the generator only
-    assert pred.refinement.stop_reason.startswith("initial program executes cleanly")
+    assert pred.refinement.stop_reason.startswith("initial program is not suspect")
 
     failing = RoleScript(
         generator={"sql": WRONG},
@@ -434,3 +487,157 @@ def test_demos_given_as_examples_are_verified_in_the_given_environments(db_path)
 
     refiner = make(RoleScript(), environment=environments, demos=_bank_examples(db_path))
     assert len(refiner.demo_bank) == 10 and len(asked) == 11  # every example was verified there
+
+
+# --- issue 14: the judge sees the demos, no-revisions are re-asked once, accepted revisions seed more ---
+
+ORDERED = "SELECT name FROM singer ORDER BY age"
+
+
+def test_a_revision_supported_only_by_a_demo_is_accepted_because_the_judge_sees_it(db_path):
+    bank = DemoBank.from_examples(_bank_examples(db_path))
+
+    def judge(req):  # supports the change only if a verified example shows the pattern it adds
+        shown = "ORDER BY age" in req.inputs["examples"]
+        return {"reason": "example uses ORDER BY age" if shown else "no evidence for ORDER BY", "supported": shown}
+
+    script = RoleScript(
+        generator={"sql": "SELECT name FROM singer"},
+        refiner=[{"action": "retrieve", "argument": "names ordered by age"}, {"action": "revise", "argument": "order"},
+                 {"action": "stop", "argument": ""}],
+        selector={"chosen": "1"},
+        reviser={"reason": "example 1 orders by age", "revised_program": ORDERED},
+        judge=judge,
+    )
+    refiner = make(script, demos=bank)
+    with dspy.context(lm=script.lm()):
+        pred = refiner(question="Show the names of singers sorted by their age.", db_schema="singer(...)",
+                       db_path=db_path)
+    verdict = pred.refinement.steps[2].verdict
+    assert pred.refinement.initial_suspicions == []  # the current program is plausible: only the judge can decide
+    assert verdict.accepted and verdict.stage == "judge" and pred.sql == ORDERED
+    judge_saw = script.seen["judge"][0].inputs
+    assert "Its verified sql program:\n" + ORDERED in judge_saw["examples"]
+    assert "ORDER BY" not in judge_saw["evidence"]  # the support is in the demo, nowhere else
+
+
+def test_a_revision_equal_to_the_current_program_is_never_accepted(db_path):
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner={"action": "revise", "argument": "improve it"},
+        reviser=[{"reason": "same", "revised_program": f"```sql\n{FIXED}\n```"},
+                 {"reason": "same again", "revised_program": FIXED.replace(" ", "  ") + "\n"}],
+        judge={"reason": "would accept anything", "supported": True},
+    )
+    pred = run(script, make(script, budget=3), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, REVISE]
+    step = trace.steps[1]
+    assert not step.verdict.accepted and step.reasked and "not a revision" in step.verdict.reason
+    assert script.count("reviser") == 2 and script.count("judge") == 0  # re-asked once, never judged
+    assert "no revision" in script.seen["reviser"][1].inputs["request"]
+    assert trace.stop_reason == "the reviser proposed no new revision" and trace.actions_used == 1
+    assert not pred.changed and trace.summary()["reasks"] == 1 and trace.accepted == []
+
+
+def test_a_repeated_rejected_revision_is_re_asked_and_the_rejections_are_shown(db_path):
+    other = FIXED.replace("France", "Netherlands")
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner={"action": "revise", "argument": "try another country"},
+        reviser=[{"reason": "guess", "revised_program": other}, {"reason": "guess", "revised_program": other},
+                 {"reason": "a new idea", "revised_program": "SELECT name FROM singer WHERE age > 40"}],
+        judge={"reason": "nothing supports another country", "supported": False},
+    )
+    pred = run(script, make(script, budget=2), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, REVISE, REVISE]
+    assert script.count("reviser") == 3 and script.count("judge") == 2
+    second = trace.steps[2]
+    assert second.reasked and second.proposal == "SELECT name FROM singer WHERE age > 40"  # the re-ask was gated
+    rejected_shown = script.seen["reviser"][1].inputs["rejected"]
+    assert other in rejected_shown and "nothing supports another country" in rejected_shown
+    assert script.seen["reviser"][0].inputs["rejected"] == "(none)"
+    assert trace.stop_reason == "budget exhausted" and not pred.changed
+
+
+@pytest.mark.parametrize("stop_on_accept", [False, True])
+def test_an_accepted_revision_seeds_a_second_one(db_path, stop_on_accept):
+    two_columns = "SELECT name, country FROM singer WHERE country = 'France'"
+    script = RoleScript(
+        generator={"sql": WRONG},
+        refiner=[{"action": "revise", "argument": "fix the column"}, {"action": "revise", "argument": "one column"},
+                 {"action": "stop", "argument": ""}],
+        reviser=[{"reason": "[0] no such column nam", "revised_program": two_columns},
+                 {"reason": "the question asks only for names", "revised_program": FIXED}],
+        judge={"reason": "the error and the diagnosis support it", "supported": True},
+    )
+    pred = run(script, make(script, stop_on_accept=stop_on_accept), db_path)
+    trace = pred.refinement
+    # stop_on_accept ends the episode only once an accepted revision is not suspect
+    assert [s.action for s in trace.steps] == [EXECUTE, REVISE, REVISE] + ([] if stop_on_accept else [STOP])
+    assert trace.stop_reason == ("accepted a revision that is not suspect (stop_on_accept)" if stop_on_accept
+                                 else "refiner stopped")
+    first, second = trace.steps[1], trace.steps[2]
+    # the first revision runs but is still suspect (two columns for "the names"): the judge decides it
+    assert first.verdict.accepted and first.verdict.stage == "judge" and "at most 1" in first.verdict.execution
+    second_request = script.seen["reviser"][1].inputs
+    assert second_request["program"] == two_columns and "at most 1" in second_request["diagnosis"]
+    assert "result: 3 row(s) x 2 column(s) ['name', 'country']" in second_request["diagnosis"]
+    # the second turns it into a plausible one (one column): the checks accept it, no judge call
+    assert second.verdict.accepted and second.verdict.stage == "checks" and script.count("judge") == 1
+    if not stop_on_accept:  # the refiner reads that the program it now holds raises no suspicion
+        assert "it is now the current program; its diagnosis:\nno suspect signal" in \
+            script.seen["refiner"][2].inputs["evidence"]
+    assert pred.sql == FIXED and [(r["before"], r["after"]) for r in trace.summary()["accepted_revisions"]] == [
+        (WRONG, two_columns), (two_columns, FIXED)]
+    snap = make(script).usage.of([trace])
+    assert snap["accepted_per_query"] == 2.0 and snap["actions_per_query"] == 2.0
+
+
+class CheckRaises:
+    """A real SQLite environment whose own check raises (e.g. a broken plug-in check)."""
+
+    def __init__(self, db_path):
+        from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+
+        self.inner = SQLiteEnvironment(db_path)
+        self.language = "sql"
+
+    def execute(self, program):
+        return self.inner.execute(program)
+
+    def probes(self):
+        return self.inner.probes()
+
+    def probe(self, name, argument=""):
+        return self.inner.probe(name, argument)
+
+    def check(self, program, execution):
+        raise RuntimeError("check plug-in crashed")
+
+
+def test_a_check_that_raises_does_not_make_a_program_that_ran_fail(db_path):
+    # budget 1: were the current program counted as failing, its one action would be a forced revision
+    script = RoleScript(generator={"sql": FIXED}, refiner={"action": "stop", "argument": ""},
+                        reviser={"reason": "r", "revised_program": "SELECT 1"})
+    refiner = HeroRefine(GenerateProgram("sql", ["question"]), environment=CheckRaises(db_path), budget=1)
+    with dspy.context(lm=script.lm()):
+        pred = refiner(question=QUESTION)
+    assert "check could not run" in pred.refinement.steps[0].evidence
+    assert script.count("refiner") == 1 and script.count("reviser") == 0 and pred.refinement.initial_suspicions == []
+    # and a revision is gated on its run and the judge, not failed by the crashing check
+    script = RoleScript(generator={"sql": WRONG}, refiner=[{"action": "revise", "argument": "fix"}, {"action": "stop"}],
+                        reviser={"reason": "[0] no such column", "revised_program": FIXED},
+                        judge={"reason": "ok", "supported": True})
+    refiner = HeroRefine(GenerateProgram("sql", ["question"]), environment=CheckRaises(db_path))
+    with dspy.context(lm=script.lm()):
+        pred = refiner(question=QUESTION)
+    assert pred.sql == FIXED and pred.refinement.steps[1].verdict.accepted
+
+
+def test_only_failing_refines_a_result_wider_than_the_question_asks(db_path):
+    two_columns = "SELECT name, country FROM singer WHERE country = 'France'"
+    script = RoleScript(generator={"sql": two_columns}, refiner={"action": "stop", "argument": ""})
+    pred = run(script, make(script, only_failing=True), db_path)
+    assert script.count("refiner") == 1 and "at most 1" in pred.refinement.initial_suspicions[0]

@@ -313,12 +313,10 @@ def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
     from dspy_hero.refine.module import HeroRefine
 
     generator = _hero_o_program(ctx)
-    demos: Any = list(ctx.train) + list(ctx.val)
-    if ctx.task.language == "python":
-        # Defining a function proves nothing; a Python demo is verified by the task's own tests.
-        from dspy_hero.refine.demos import DemoBank
+    from dspy_hero.refine.demos import verified_demo_bank
 
-        demos = DemoBank.from_examples(demos, metric=ctx.task.metric)
+    # Training data only, verified by the task metric (the same builder as the CLI and the notebooks).
+    demos = verified_demo_bank(list(ctx.train) + list(ctx.val), ctx.task.metric)
     refiner = HeroRefine(**accepted_kwargs(HeroRefine, generator=generator, environment=ctx.task.environment_for,
                                            demos=demos, budget=3, refiner_lm=ctx.task_lm,
                                            only_failing=ctx.refine_only_failing))

@@ -137,12 +137,14 @@ class StagedRun:
         return optimized
 
     def refiner(self, generator: dspy.Module) -> dspy.Module:
+        from dspy_hero.refine.demos import verified_demo_bank
         from dspy_hero.refine.module import HeroRefine
 
-        # The task's environments, for refining and for verifying the demos: they share the metric's
-        # engine (a Cypher server) and are reused per database or graph, where HeroRefine's own
-        # defaults would start engines of their own.
-        return HeroRefine(generator=generator, environment=self.task.environment_for, demos=self.task.train,
+        # The task's environments, for refining: they share the metric's engine (a Cypher server) and
+        # are reused per database or graph, where HeroRefine's own defaults would start engines of
+        # their own. The demos are verified by the task metric, as in the harness and the notebooks.
+        demos = verified_demo_bank(self.task.train, self.task.metric)
+        return HeroRefine(generator=generator, environment=self.task.environment_for, demos=demos,
                           budget=self.config.refine_budget, only_failing=self.config.refine_only_failing)
 
     # -- whole run ----------------------------------------------------------------------------------

@@ -7,9 +7,13 @@ narrow question about one failure: "this program failed like this; state a gener
 it". So `CaseRuleProposer`:
 
 1. builds the textual gradient *by code* from the cases: which behaviours pass (to preserve) and
-   which failure categories occur (to revise), each with the case ids it rests on;
-2. picks up to K failing cases from different failure categories (most frequent first), and asks the
-   reflection LM for one rule per case, with a prompt of a few hundred tokens;
+   which failure categories occur (to revise), each with the case ids it rests on. The categories are
+   the counted categories of the programmatic diagnosis (`dspy_hero.diagnosis`) when the cases carry
+   one, else a coarse label read from the metric's feedback;
+2. picks up to K failing cases from different categories (most frequent first), and asks the
+   reflection LM for one rule per case *against the stated pattern* ("3 of 9 failing cases: a column
+   is taken from a table that does not have it; in this case: column `name` is not in ..."): shown
+   only the case, the 1.5B model wrote "The correct query should be SELECT ..." instead of a rule;
 3. keeps a rule only if it reads like an instruction (words, not code) and cites its case, so the
    usual guard and paired acceptance see well-formed, evidence-tied candidates.
 
@@ -25,6 +29,8 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.diagnosis import Category
+from dspy_hero.diagnosis.fields import is_environment_reference
 from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
 
@@ -43,13 +49,15 @@ _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNO
 
 
 class RuleFromFailure(dspy.Signature):
-    """A program generator produced the failing program below. Write ONE short, general rule to add to
-    its instructions so that it avoids this kind of mistake on other questions too.
-    Do not mention this question's specific names, values or answer. Do not write code.
+    """A program generator keeps making the mistake described in failure_pattern; failing_case is one
+    example of it. Write ONE short, general rule to add to its instructions so that it avoids this
+    kind of mistake on other questions too. Do not correct this program and do not write code or a
+    query: write an instruction. Do not mention this question's specific names, values or answer.
     Answer with one sentence that starts with "Always", "Never" or "When"."""
 
     task_instructions: str = dspy.InputField(desc="what the generator is asked to do")
-    failing_case: str = dspy.InputField(desc="the inputs, the generated program and its execution feedback")
+    failure_pattern: str = dspy.InputField(desc="the mistake, found by program analysis, and how often it occurs")
+    failing_case: str = dspy.InputField(desc="one example: the inputs, the generated program, its feedback and diagnosis")
     rule: str = dspy.OutputField(desc="one general rule, one sentence, no code")
 
 
@@ -66,15 +74,34 @@ def failure_category(feedback: str) -> str:
     return "wrong result"
 
 
+def case_categories(case: Any) -> list[str]:
+    """The categories a failing case is counted under: its diagnosis's categories (most specific
+    first), else the coarse label of its feedback."""
+    diag = getattr(case, "diagnosis", None)
+    if diag is not None:
+        cats = [c.value for c in diag.label_free_only().categories]
+        if cats:
+            return cats
+    return [failure_category(case.feedback)]
+
+
+def category_groups(cases: list[Any]) -> list[tuple[str, list[Any]]]:
+    """(category, failing cases counted under it), most frequent first; ties: diagnosis categories in
+    the enum's order (specific before generic, as `count_categories` ranks them), then first seen."""
+    groups: OrderedDict[str, list[Any]] = OrderedDict()
+    for c in cases:
+        for cat in case_categories(c):
+            groups.setdefault(cat, []).append(c)
+    rank = {c.value: i for i, c in enumerate(Category)}
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), rank.get(kv[0], len(rank))))
+
+
 def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
     """The textual gradient, built by code: failure categories to revise, passing cases to preserve."""
     failing = [c for c in cases if not c.passed and c.case_id in shown]
     passing = [c for c in cases if c.passed and c.case_id in shown]
-    groups: OrderedDict[str, list[str]] = OrderedDict()
-    for c in failing:
-        groups.setdefault(failure_category(c.feedback), []).append(c.case_id)
-    revise = [f"- {cat}: {len(ids)} case(s) ({', '.join(ids[:8])})"
-              for cat, ids in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    revise = [f"- {cat}: {len(group)} case(s) ({', '.join(c.case_id for c in group[:8])})"
+              for cat, group in category_groups(failing)]
     preserve = (f"- {len(passing)} program(s) executed and matched the expected result "
                 f"({', '.join(c.case_id for c in passing[:8])})") if passing else "- (no passing case shown)"
     return "Preserve:\n" + preserve + "\n\nRevise:\n" + ("\n".join(revise) or "- (no failing case shown)")
@@ -85,10 +112,27 @@ def _render_case(case: Any, max_chars: int) -> str:
         text = " ".join(str(text).split())
         return text if len(text) <= max_chars else text[:max_chars] + " ..."
 
-    lines = [f"{k}: {cut(v)}" for k, v in case.inputs.items() if k not in ("db_path", "graph_source")]
+    lines = [f"{k}: {cut(v)}" for k, v in case.inputs.items() if not is_environment_reference(k)]
     lines += [f"generated {k}: {cut(v)}" for k, v in case.program.items() if k != "raw_output"]
     lines.append(f"execution feedback: {cut(case.feedback)}")
+    diag = getattr(case, "diagnosis", None)
+    if diag is not None and diag.label_free_only().facts:
+        lines.append(f"diagnosis: {cut(diag.label_free_only().line())}")
     return "\n".join(lines)
+
+
+def failure_pattern(category: str, group: list[Any], total: int, case: Any) -> str:
+    """The pattern the reflector is asked to write a rule for: the counted category in words, and the
+    chosen case's own instance of it."""
+    known = {c.value: c for c in Category}
+    words = known[category].describe() if category in known else f"the program failed with {category}"
+    text = f"{len(group)} of {total} failing case(s): {words}."
+    diag = getattr(case, "diagnosis", None)
+    if diag is not None:
+        own = [f.text for f in diag.label_free_only().facts if f.category.value == category]
+        if own:
+            text += f" In this case: {own[0]}."
+    return text
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
@@ -123,17 +167,25 @@ class CaseRuleProposer:
         self.max_case_chars = max_case_chars
 
     def choose_cases(self, ctx: ReflectionContext) -> list[Any]:
-        """Up to K failing cases shown in the evidence, one per failure category first (largest first)."""
+        """Up to K failing cases shown in the evidence, one per category first (largest first)."""
+        return [case for case, _ in self.choose(ctx)]
+
+    def choose(self, ctx: ReflectionContext) -> list[tuple[Any, str]]:
+        """(case, failure pattern text) for up to K failing shown cases: categories round-robin, most
+        frequent first, a case used once."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
-        groups: OrderedDict[str, list[Any]] = OrderedDict()
-        for c in failing:
-            groups.setdefault(failure_category(c.feedback), []).append(c)
-        ordered = sorted(groups.values(), key=len, reverse=True)
-        chosen: list[Any] = []
+        ordered = category_groups(failing)
+        chosen: list[tuple[Any, str]] = []
+        used: set[str] = set()
         depth = 0
-        while len(chosen) < ctx.num_candidates and any(depth < len(g) for g in ordered):
-            chosen += [g[depth] for g in ordered if depth < len(g)][: ctx.num_candidates - len(chosen)]
+        while len(chosen) < ctx.num_candidates and any(depth < len(g) for _, g in ordered):
+            for cat, group in ordered:
+                if len(chosen) >= ctx.num_candidates:
+                    break
+                if depth < len(group) and group[depth].case_id not in used:
+                    used.add(group[depth].case_id)
+                    chosen.append((group[depth], failure_pattern(cat, group, len(failing), group[depth])))
             depth += 1
         return chosen
 
@@ -142,12 +194,12 @@ class CaseRuleProposer:
         edits: list[ProposedEdit] = []
         raws: list[str] = []
         errors: list[str] = []
-        for case in self.choose_cases(ctx):
+        for case, pattern in self.choose(ctx):
             try:
                 instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
                                             + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
                 out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
-                            failing_case=_render_case(case, self.max_case_chars))
+                            failure_pattern=pattern, failing_case=_render_case(case, self.max_case_chars))
             except Exception as exc:  # one failed call costs one candidate, not the round
                 errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
                 raws.append(f"{case.case_id}: {errors[-1]}")

@@ -10,6 +10,7 @@ from dspy_hero.lazy import lazy_exports
 _EXPORTS = {
     "HeroRefine": "dspy_hero.refine.module",
     "DemoBank": "dspy_hero.refine.demos",
+    "verified_demo_bank": "dspy_hero.refine.demos",
     "Demo": "dspy_hero.refine.demos",
     "RefinementTrace": "dspy_hero.refine.trace",
     "Step": "dspy_hero.refine.trace",

@@ -259,6 +259,28 @@ class DemoBank:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+def verified_demo_bank(examples: Iterable[Any], metric: Callable[..., Any]) -> DemoBank:
+    """HERO-T's demo bank as the CLI, the benchmark harness and the notebooks build it: the training
+    examples whose own reference program the task metric scores 1.0.
+
+    One builder, so every entry point retrieves the same kind of "verified" example. The metric,
+    not bare execution, is the test for every language: a Python function definition runs without
+    error whatever it computes, and a query that runs may still answer another question. Pass only
+    training data; test instances must never enter the bank. Warns (never silently returns an empty
+    bank) when no example survives, e.g. a task without reference programs.
+    """
+    if metric is None or not callable(metric):
+        raise TypeError("verified_demo_bank needs the task metric (a callable) to verify the demos")
+    bank = DemoBank.from_examples(list(examples), metric=metric)
+    if bank.stats.get("considered") and not len(bank):
+        logger.warning(
+            "verified_demo_bank: none of %d training examples has a reference program the metric verifies "
+            "(%s); HERO-T will run without retrieved examples. Build one from generated programs with "
+            "DemoBank.from_program(program, trainset, metric) if the task has no references.",
+            bank.stats["considered"], bank.stats)
+    return bank
+
+
 def _read(obj: Any, name: str | None) -> Any:
     """One named field of an Example, dict or object, without touching any other field.
 

@@ -3,29 +3,41 @@
 The generator's instructions stay fixed (they are what HERO-O learned); what adapts is the single
 program in hand. A refiner LM spends a small budget of actions gathering evidence (probing the
 environment, retrieving verified examples, writing down a diagnosis) and asking for revisions; an
-evidence gate lets a revision replace the current program only when it runs cleanly and an LLM judge
-finds it supported by that evidence. Without a supported revision the initial program is returned,
-so refinement can spend calls but cannot trade a program for an unsupported guess.
+evidence gate lets a revision replace the current program only when it runs cleanly and the evidence
+supports it. Without a supported revision the initial program is returned, so refinement can spend
+calls but cannot trade a program for an unsupported guess.
+
+Evidence. Every program that runs is *assessed* (`suspect.assess`): the environment's check plus the
+programmatic diagnosis shared with HERO-O (`dspy_hero.diagnosis`: which table holds a missing column,
+row and column counts, an empty result, NULL-only columns, a visible Python example that raises or
+prints something other than the prompt shows). Its lines reach the refiner (in the initial
+execution's evidence), the reviser (its own `diagnosis` field) and the judge. The reviser also sees
+the at most `max_demos` chosen verified examples with their programs and every rejected revision
+with the gate's reason; the judge sees the same examples, so a revision supported by a verified
+pattern can be recognised as such.
 
 Budget and stopping rule. Every refiner decision except ``stop`` uses one action of the budget B,
-including malformed ones. The episode ends when (1) the refiner says ``stop``, (2) a revision is
-accepted whose execution is *clean* (ran without error, untruncated, passed the environment check and
-returned at least one row when the language returns rows): nothing is left for further actions to
-check, (3) B actions are used, or (4) an LM or environment failure makes further steps pointless.
-Rule (2) is why a larger B costs little: most episodes end before the cap. Three more rules keep
-a weak refiner from wasting the budget: a probe or diagnosis identical to an earlier one is taken as
-the request to revise (its evidence is already on show; the 1.5B refiner otherwise probed the same
-schema three times in a row); and when one action is left and the current program still fails to
-execute, that action is a revision (``revise_on_error``). A second ``retrieve`` costs an action but
-no LM call.
+including malformed ones. An accepted revision becomes the current program and seeds the next step
+(paper §4.2.2); the episode ends when (1) the refiner says ``stop``, (2) B actions are used, (3) the
+reviser, asked twice, offers no revision (a proposal equal to the current program or to an already
+rejected one is not a revision: it is re-asked once, within the same action), or (4) an LM or
+environment failure makes further steps pointless. ``stop_on_accept=True`` also ends it after an
+accepted revision that is not suspect (the behaviour before accepted revisions seeded more steps).
+Two rules keep a weak refiner from wasting the budget: a probe or diagnosis identical to an earlier
+one is taken as the request to revise (its evidence is already on show; the 1.5B refiner otherwise
+probed the same schema three times in a row); and when one action is left and the current program
+still fails (`Assessment.failing`), that action is a revision (``revise_on_error``). A second
+``retrieve`` costs an action but no LM call.
 
-The gate, where the paper is silent about weak judges. The judge exists so that a revision cannot
-replace a program the evidence does not question. When the current program *fails* its checks (an
-execution error, or a visible example that raises), the evidence already questions it, and a revision
-that passes every programmatic check cannot turn a pass into a failure; so by default the judge is
-asked only when the current program passes its checks (``judge_when_failing=True`` asks it always,
-as the paper's gate does). Measured with Qwen2.5-Coder-1.5B on Spider: the judge rejected every
-revision of a failing query that ran and passed the checks (0 of 16 proposals accepted).
+The gate (`gate.EvidenceGate`). Programmatic checks first. By default (``judge_when_failing=False``)
+the result shape then decides where it can: a revision that turns a *failing* program (an error, a
+failed check, a visible example that raises, more columns than asked) into
+one that passes every check and is not suspect is accepted by the checks; a revision that makes a
+non-suspect program suspect is rejected by them; everything else, in particular any revision of a
+program that already passes its checks (an empty result is suspect, yet sometimes right: 12 of the
+449 shared Spider gold queries return no rows), needs the LLM judge. Measured with
+Qwen2.5-Coder-1.5B on Spider, a judge asked about every revision rejected all 16 proposals that fixed
+a failing query. ``judge_when_failing=True`` is the paper's exact gate: checks, then the judge, always.
 
 Label-freedom. The module reads an instance field by field: the generator's signature inputs and the
 environment references (db_path, graph, ...). Label fields are dropped if passed and refused if asked
@@ -50,8 +62,9 @@ from dspy_hero.metrics.base import extract_code
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
 from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
 from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
-from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck
+from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck, same_program
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
+from dspy_hero.refine.suspect import Assessment, assess
 from dspy_hero.refine.trace import (
     DIAGNOSE,
     ERROR,
@@ -88,22 +101,26 @@ class HeroRefine(dspy.Module):
         max_demos: the most retrieved examples that reach the refiner and reviser (paper: 3).
         retrieve_k: how many BM25 candidates the selector chooses from.
         judge: whether the LLM judge is part of the gate (False: programmatic checks only).
-        judge_when_failing: also ask the judge when the current program fails its checks (paper's gate;
-            default False: the checks decide then, see the module docstring).
+        judge_when_failing: ask the judge about every revision that passes the checks (the paper's exact
+            gate); default False: the result-shape rules decide where they can (module docstring).
         gate_checks: the programmatic checks run on a proposal's execution, in order.
         refiner_lm: LM for the refiner, selector, reviser and judge (default: the configured LM).
-        stop_on_accept: end the episode after an accepted revision that executes cleanly.
-        revise_on_error: when the current program does not execute and one action is left, that action
-            is a revision (without asking the refiner): an execution error is the strongest evidence there
-            is, and small refiners otherwise spend the whole budget looking instead of fixing.
+        stop_on_accept: end the episode after an accepted revision that is not suspect (default False:
+            an accepted revision seeds the next step, as in the paper).
+        revise_on_error: when the current program fails (`suspect.Assessment.failing`: it does not
+            run, fails its check, a visible example raises, ...) and one action is left, that action is a revision (without asking the refiner): a
+            failure is the strongest evidence there is, and small refiners otherwise spend the whole
+            budget looking instead of fixing.
         max_evidence_chars: cap on the rendered evidence shown to each LM call.
-        only_failing: return an initial program that executes cleanly (no error, check passed, rows
-            when rows apply) without refining it. Off by default (the paper refines every instance);
-            on CPU-only small models it keeps HERO-T's cost on the programs execution shows are wrong.
+        only_failing: return an initial program that is not suspect (`suspect.assess`: it runs, passes
+            its check, and no signal questions its result) without refining it. Off by default (the
+            paper refines every instance); with small models it keeps HERO-T's cost on the programs
+            execution shows are wrong.
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
-    thread-safe running totals (`usage.snapshot()` gives LM calls and actions per query).
+    thread-safe running totals (`usage.snapshot()` gives LM calls, actions, proposals and accepted
+    revisions per query; `UsageTotals.of(traces)` the same for traces gathered elsewhere).
     """
 
     def __init__(
@@ -117,7 +134,7 @@ class HeroRefine(dspy.Module):
         judge: bool = True,
         gate_checks: Sequence[GateCheck] = DEFAULT_CHECKS,
         refiner_lm: dspy.LM | None = None,
-        stop_on_accept: bool = True,
+        stop_on_accept: bool = False,
         revise_on_error: bool = True,
         max_evidence_chars: int = 8000,
         only_failing: bool = False,
@@ -169,7 +186,7 @@ class HeroRefine(dspy.Module):
         initial = clean_program(getattr(generated, io.output_field, "") or "", language)
 
         trace = RefinementTrace(language or "", self.budget, initial, final_program=initial)
-        ep = _Episode(self, environment, language, trace, counter, gen_inputs, group_of(env_refs))
+        ep = _Episode(self, environment, language, trace, counter, gen_inputs, env_refs)
         ep.run()
         trace.final_program = ep.current
         trace.lm_calls = counter.total
@@ -231,7 +248,7 @@ class _Episode:
     """The mutable state of one refinement call (kept off the module, so calls can run in threads)."""
 
     def __init__(self, owner: HeroRefine, environment: Environment, language: str | None,
-                 trace: RefinementTrace, counter: CallCounter, gen_inputs: dict[str, Any], group: str):
+                 trace: RefinementTrace, counter: CallCounter, gen_inputs: dict[str, Any], env_refs: dict[str, Any]):
         self.m = owner
         self.env = environment
         self.language = language
@@ -239,16 +256,25 @@ class _Episode:
         self.counter = counter
         self.task = render_task(gen_inputs)
         self.task_query = query_text(gen_inputs)
+        # what the assessment may read: the generator's inputs and the environment references (no labels)
+        self.inputs = {**env_refs, **gen_inputs}
         self.current = trace.initial_program
-        self.current_ok = False  # does the current program execute and pass the environment check?
-        self.group = group
+        self.assessment: Assessment | None = None  # of the current program
+        self.group = group_of(env_refs)
         self.demos: list[Demo] = []
+        self.rejected: list[tuple[str, str]] = []  # (proposal, the gate's reason), oldest first
         self.gate = EvidenceGate(owner.gate_checks, self._judge if owner.use_judge else None,
                                  judge_when_failing=owner.judge_when_failing)
         try:
             self.probes = dict(environment.probes())
         except Exception:  # noqa: BLE001 - an environment without probes still refines
             self.probes = {}
+
+    @property
+    def current_ok(self) -> bool:
+        """Does the current program run and pass the environment check? (A check that raised does not
+        count against it: the program ran.)"""
+        return self.assessment is not None and self.assessment.passes_checks
 
     # environment access, counted
     def execute(self, program: str) -> Execution:
@@ -258,19 +284,20 @@ class _Episode:
         except Exception as exc:  # noqa: BLE001 - an environment failure is evidence, not a crash
             return failed(ENVIRONMENT, f"{type(exc).__name__}: {exc}")
 
+    def assess(self, program: str, execution: Execution) -> Assessment:
+        self.trace.diagnoses += 1
+        return assess(self.language, program, execution, self.env, self.inputs)
+
     def run(self) -> None:
         m, trace = self.m, self.trace
         execution = self.execute(self.current)
-        note = execution.describe(max_rows=5, max_chars=800)
-        try:
-            passed, why = self.env.check(self.current, execution)
-            note += f"\ncheck: {'passed' if passed else 'FAILED'} ({why})"
-            self.current_ok = bool(execution.ok and passed)
-        except Exception as exc:  # noqa: BLE001 - a failing check is reported as evidence
-            note += f"\ncheck could not run: {type(exc).__name__}: {exc}"
+        self.assessment = self.assess(self.current, execution)
+        trace.initial_suspicions = [s.text for s in self.assessment.suspicions]
+        note = "\n".join([execution.describe(max_rows=5, max_chars=800), self.assessment.check_note,
+                          self.assessment.render()])
         trace.add(EXECUTE, argument="initial program", evidence=note, env_actions=1)
-        if m.only_failing and self.current_ok and _clean(execution):
-            trace.stop_reason = "initial program executes cleanly (only_failing)"
+        if m.only_failing and not self.assessment.suspect:
+            trace.stop_reason = "initial program is not suspect (only_failing)"
             return
         while trace.actions_used < m.budget:
             lm0, env0 = self.counter.total, trace.env_actions
@@ -296,7 +323,7 @@ class _Episode:
         # spend budget (small models otherwise repeat it).
         can_retrieve = (m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
                         and not any(s.action == RETRIEVE for s in trace.steps))
-        if m.revise_on_error and left == 1 and not self.current_ok:
+        if m.revise_on_error and left == 1 and (self.assessment is None or self.assessment.failing):
             trace.actions_used += 1
             return self._revise("the current program fails: fix what the evidence shows is wrong")
         self.counter.role = "refiner"
@@ -378,44 +405,87 @@ class _Episode:
         return note + (f"; {len(self.demos)} example(s) now shown" if self.demos else "")
 
     def _revise(self, request: str) -> bool:
+        """One revise action: ask the reviser (once more if its answer is no revision), gate the
+        proposal, and on acceptance let it seed the next step. True when the episode should end."""
         m, trace = self.m, self.trace
-        self.counter.role = "reviser"
-        evidence = self._evidence()
-        try:
-            with m._lm_context(), program_adapter("revised_program"):
-                out = m.reviser(task=self.task, program=self.current or "(empty)", evidence=evidence,
-                                examples=self._examples(), request=request or "(none)")
-        except AdapterParseError as exc:
-            trace.add(REVISE, argument=request, proposal="",
-                      verdict=GateVerdict(False, "checks", f"unparseable reviser output: {str(exc)[:150]}"))
-            return False
-        proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
-        reason = str(getattr(out, "reason", "") or "")
-        verdict, execution = self.gate.review(self.current, proposal, reason, evidence, self.env, self.language,
-                                              self.execute, current_passes=self.current_ok)
-        trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
-                  evidence=f"revision ran: {verdict.execution}" if verdict.execution else "")
+        before = self.current
+        proposal, reason, nothing_new = self._ask_reviser(request)
+        reasked = nothing_new is not None
+        if reasked:
+            retry = (f"{request or '(none)'}\nYour previous answer was no revision: it {nothing_new}. Give a "
+                     "different, complete program that acts on the evidence.")
+            proposal, reason, nothing_new = self._ask_reviser(retry)
+        if nothing_new is not None:  # asked twice, still nothing new: the reviser has no revision to offer
+            trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, program_before=before,
+                      reasked=reasked, verdict=GateVerdict(False, "checks", f"not a revision: it {nothing_new} "
+                                                                            "(asked twice)"))
+            trace.stop_reason = "the reviser proposed no new revision"
+            return True
+        evidence = self._evidence(with_diagnosis=True)
+        verdict, execution, assessment = self.gate.review(
+            self.current, proposal, reason, evidence, self.env, self.language, self.execute,
+            current_passes=self.current_ok, current=self.assessment, assess=self.assess)
+        ran = f"revision ran: {verdict.execution}" if verdict.execution else ""
+        step = trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
+                         evidence=ran, program_before=before, reasked=reasked)
         if not verdict.accepted:
+            if proposal.strip():
+                self.rejected.append((proposal, f"{verdict.stage}: {verdict.reason}"))
             return False
-        self.current, self.current_ok = proposal, True
-        if m.stop_on_accept and execution is not None and _clean(execution):
-            trace.stop_reason = "accepted a revision that executes cleanly"
+        # the accepted revision is the current program from now on (paper §4.2.2: it seeds the next step)
+        self.current = proposal
+        self.assessment = assessment if assessment is not None else self.assess(proposal, execution)
+        step.evidence += "\nit is now the current program; its diagnosis:\n" + self.assessment.render()
+        if m.stop_on_accept and not self.assessment.suspect:
+            trace.stop_reason = "accepted a revision that is not suspect (stop_on_accept)"
             return True
         return False
+
+    def _ask_reviser(self, request: str) -> tuple[str, str, str | None]:
+        """(proposal, reason, why it is no revision or None). An unparseable answer is an empty one."""
+        m = self.m
+        self.counter.role = "reviser"
+        try:
+            with m._lm_context(), program_adapter("revised_program"):
+                out = m.reviser(task=self.task, program=self.current or "(empty)", diagnosis=self._diagnosis(),
+                                evidence=self._evidence(), examples=self._examples(), rejected=self._rejected(),
+                                request=request or "(none)")
+        except AdapterParseError as exc:
+            return "", f"unparseable reviser output: {str(exc)[:150]}", None
+        proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
+        reason = str(getattr(out, "reason", "") or "")
+        if proposal.strip() and same_program(proposal, self.current):
+            return proposal, reason, "repeats the current program"
+        if any(same_program(proposal, old) for old, _ in self.rejected):
+            return proposal, reason, "repeats a revision the gate already rejected"
+        return proposal, reason, None
 
     def _judge(self, evidence: str, old: str, new: str, claimed: str, new_execution: str) -> tuple[bool, str]:
         m = self.m
         self.counter.role = "judge"
         try:
             with m._lm_context():
-                out = m.judge(task=self.task, evidence=evidence, old_program=old or "(empty)", new_program=new,
-                              claimed_reason=claimed or "(none given)", new_execution=new_execution)
+                out = m.judge(task=self.task, evidence=evidence, examples=self._examples(), old_program=old or "(empty)",
+                              new_program=new, claimed_reason=claimed or "(none given)", new_execution=new_execution)
         except AdapterParseError as exc:
             return False, f"judge output unparseable: {str(exc)[:150]}"
         return _truthy(getattr(out, "supported", False)), str(getattr(out, "reason", "") or "")
 
-    def _evidence(self) -> str:
-        return self.trace.evidence_text(self.m.max_evidence_chars)
+    def _evidence(self, with_diagnosis: bool = False) -> str:
+        text = self.trace.evidence_text(self.m.max_evidence_chars)
+        if with_diagnosis:
+            text += "\n\nDiagnosis of the current program:\n" + self._diagnosis()
+        return text
+
+    def _diagnosis(self) -> str:
+        return self.assessment.render() if self.assessment is not None else "(not assessed)"
+
+    def _rejected(self, max_chars: int = 3000) -> str:
+        if not self.rejected:
+            return "(none)"
+        parts = [f"Rejected revision {i + 1} ({why}):\n{program}" for i, (program, why) in enumerate(self.rejected)]
+        text = "\n\n".join(parts)
+        return text if len(text) <= max_chars else "... (older ones cut)\n" + text[-max_chars:]
 
     def _examples(self) -> str:
         if not self.demos:
@@ -427,12 +497,6 @@ def clean_program(text: str, language: str | None) -> str:
     """The program in an LM answer, without fences or DSPy field markers a small model left inline
     (``LIMIT 5;[[ ## completed ## ]]``), which would otherwise fail as a syntax error."""
     return extract_code(str(text), language).strip()
-
-
-def _clean(execution: Execution) -> bool:
-    if not execution.ok or execution.truncated:
-        return False
-    return execution.rows is None or execution.row_count > 0
 
 
 def _truthy(value: Any) -> bool:

@@ -43,15 +43,19 @@ class SelectDemos(dspy.Signature):
 
 class ReviseProgram(dspy.Signature):
     """Revise the current program so that it solves the task, changing only what the evidence shows
-    to be wrong: wrong names, wrong values, errors, or missing logic that the probes, execution results
-    or verified examples reveal. Keep everything the evidence does not question. The revised program
-    must differ from the current one and must answer this task, not one of the examples. State the
-    evidence behind each change in the reason, then give the complete revised program."""
+    to be wrong: wrong names, wrong values, errors, an empty or implausible result, or missing logic
+    that the diagnosis, probes, execution results or verified examples reveal. Keep everything the
+    evidence does not question. The revised program must differ from the current one and from every
+    rejected revision (their rejection reasons say what to avoid), and must answer this task, not one
+    of the examples. State the evidence behind each change in the reason, then give the complete
+    revised program."""
 
     task: str = dspy.InputField(desc="the task inputs")
     program: str = dspy.InputField(desc="the current program")
+    diagnosis: str = dspy.InputField(desc="programmatic facts about the current program's execution, one per line")
     evidence: str = dspy.InputField(desc="numbered evidence gathered so far")
-    examples: str = dspy.InputField(desc="solved examples of other, similar tasks: reuse patterns, not answers")
+    examples: str = dspy.InputField(desc="verified programs of other, similar tasks: reuse patterns, not answers")
+    rejected: str = dspy.InputField(desc="earlier revisions the gate rejected, each with the reason")
     request: str = dspy.InputField(desc="what the refiner asked to change")
     reason: str = dspy.OutputField(desc="the evidence items that motivate each change")
     revised_program: str = dspy.OutputField(desc="the complete revised program")
@@ -59,13 +63,15 @@ class ReviseProgram(dspy.Signature):
 
 class JudgeRevision(dspy.Signature):
     """Decide whether a proposed revision of a program is supported by the evidence. Supported means
-    each change is motivated by something the evidence shows (an error, a schema or data fact, a probe
-    result, a verified example) and the revision's own execution is consistent with the task. Changes
-    that rest on guesses about the expected answer, or that alter parts the evidence does not question,
-    are not supported. The revision already runs without error; that alone is not support."""
+    each change is motivated by something shown here (an error, a diagnosis line, a schema or data
+    fact, a probe result, or a pattern in one of the verified examples) and the revision's own
+    execution is consistent with the task. Changes that rest on guesses about the expected answer, or
+    that alter parts the evidence does not question, are not supported. The revision already runs
+    without error; that alone is not support."""
 
     task: str = dspy.InputField(desc="the task inputs")
-    evidence: str = dspy.InputField(desc="numbered evidence gathered so far")
+    evidence: str = dspy.InputField(desc="numbered evidence gathered so far, and the diagnosis of the current program")
+    examples: str = dspy.InputField(desc="the verified examples (other tasks, with their programs) the reviser was shown")
     old_program: str = dspy.InputField(desc="the current program")
     new_program: str = dspy.InputField(desc="the proposed revision")
     claimed_reason: str = dspy.InputField(desc="the reviser's stated reason")

@@ -8,6 +8,7 @@ proposed revision with the gate's verdict, and how many LM calls and environment
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +48,8 @@ class Step:
     verdict: GateVerdict | None = None
     lm_calls: int = 0
     env_actions: int = 0
+    program_before: str | None = None  # revise steps: the program the proposal would replace
+    reasked: bool = False  # revise steps: the first answer was no revision, so the reviser was asked again
 
     def render(self) -> str:
         """The step as the refiner, reviser and judge read it."""
@@ -75,6 +78,8 @@ class RefinementTrace:
     lm_calls_by_role: dict[str, int] = field(default_factory=dict)
     stop_reason: str = ""
     demos_shown: list[str] = field(default_factory=list)
+    diagnoses: int = 0  # programs assessed (environment check + diagnosis; Python re-runs its examples)
+    initial_suspicions: list[str] = field(default_factory=list)  # why the initial program was suspect
 
     @property
     def changed(self) -> bool:
@@ -83,6 +88,14 @@ class RefinementTrace:
     @property
     def proposals(self) -> list[Step]:
         return [s for s in self.steps if s.proposal is not None]
+
+    @property
+    def accepted(self) -> list[Step]:
+        return [s for s in self.proposals if s.verdict is not None and s.verdict.accepted]
+
+    @property
+    def reasks(self) -> int:
+        return sum(1 for s in self.steps if s.reasked)
 
     def add(self, action: str, **fields: Any) -> Step:
         step = Step(index=len(self.steps), action=action, **fields)
@@ -126,8 +139,19 @@ class RefinementTrace:
             if s.verdict is not None:
                 v = s.verdict
                 row["verdict"] = {"accepted": v.accepted, "stage": v.stage, "reason": cut(v.reason)}
+            if s.reasked:
+                row["reasked"] = True
             steps.append(row)
-        return {"steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls}
+        # every accepted revision with the program it replaced, so a results file can show before/after
+        revisions = [{"step": s.index, "before": s.program_before or "", "after": s.proposal or "",
+                      "stage": s.verdict.stage, "after_ran": cut(s.verdict.execution)}
+                     for s in self.accepted if s.verdict is not None]
+        return {"steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls,
+                "actions_used": self.actions_used, "env_actions": self.env_actions,
+                "lm_calls_by_role": dict(self.lm_calls_by_role), "proposals": len(self.proposals),
+                "accepted": len(self.accepted), "reasks": self.reasks, "diagnoses": self.diagnoses,
+                "initial_suspicions": [cut(x) for x in self.initial_suspicions],
+                "accepted_revisions": revisions}
 
 
 class CallCounter(BaseCallback):
@@ -156,7 +180,8 @@ class UsageTotals:
     A copy (e.g. `module.deepcopy()` inside an optimizer) starts from zero with its own lock.
     """
 
-    _FIELDS = ("queries", "lm_calls", "env_actions", "actions", "proposals", "accepted", "changed")
+    _FIELDS = ("queries", "lm_calls", "env_actions", "actions", "proposals", "accepted", "changed", "reasks",
+               "diagnoses", "suspect_initial")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -170,17 +195,28 @@ class UsageTotals:
             t["env_actions"] += trace.env_actions
             t["actions"] += trace.actions_used
             t["proposals"] += len(trace.proposals)
-            t["accepted"] += sum(1 for s in trace.proposals if s.verdict and s.verdict.accepted)
+            t["accepted"] += len(trace.accepted)
             t["changed"] += int(trace.changed)
+            t["reasks"] += trace.reasks
+            t["diagnoses"] += trace.diagnoses
+            t["suspect_initial"] += int(bool(trace.initial_suspicions))
 
     def snapshot(self) -> dict[str, float]:
         """Totals plus per-query means (0 when no query ran yet)."""
         with self._lock:
             t = dict(self._totals)
         n = t["queries"]
-        for name in ("lm_calls", "env_actions", "actions"):
+        for name in ("lm_calls", "env_actions", "actions", "proposals", "accepted"):
             t[f"{name}_per_query"] = t[name] / n if n else 0.0
         return t
+
+    @classmethod
+    def of(cls, traces: Iterable[RefinementTrace]) -> dict[str, float]:
+        """The same summary for traces gathered elsewhere (e.g. from saved predictions)."""
+        totals = cls()
+        for trace in traces:
+            totals.record(trace)
+        return totals.snapshot()
 
     def reset(self) -> None:
         with self._lock:
@@ -194,7 +230,7 @@ class UsageTotals:
 
     def __setstate__(self, state: dict) -> None:
         self._lock = threading.Lock()
-        self._totals = dict(state.get("_totals", dict.fromkeys(self._FIELDS, 0)))
+        self._totals = {**dict.fromkeys(self._FIELDS, 0), **state.get("_totals", {})}
 
     def snapshot_raw(self) -> dict[str, int]:
         with self._lock:

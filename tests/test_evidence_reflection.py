@@ -1,0 +1,91 @@
+"""The per-case (small-model) reflection reads the programmatic diagnosis: cases are chosen by counted
+category and the reflector is asked for a rule against a stated pattern; fields go through one reader."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import dspy
+import pytest
+
+from dspy_hero.diagnosis import diagnose
+from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.optimizer.evidence import Case
+from dspy_hero.optimizer.reflection import ReflectionContext
+from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, _render_case, evidence_gradient
+
+SCHEMA = """
+CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
+CREATE TABLE singer_in_concert (concert_id INTEGER, singer_id INTEGER REFERENCES singer(singer_id));
+INSERT INTO singer VALUES (1, 'Ann', 'France', 30), (2, 'Bob', 'Peru', 40);
+INSERT INTO singer_in_concert VALUES (1, 1), (1, 2);
+"""
+WRONG_TABLE = "SELECT T2.name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.singer_id = T2.singer_id"
+WRONG_TABLE_2 = "SELECT T2.country FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.singer_id = T2.singer_id"
+NO_GROUP = "SELECT country, COUNT(*) FROM singer"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("refl") / "s.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA)
+    conn.close()
+    return str(path)
+
+
+def case(cid: str, sql: str, db: str, passed: bool = False) -> Case:
+    inputs = {"question": f"question {cid}", "db_schema": "CREATE TABLE singer (...)", "db_id": "concerts", "db_path": db}
+    c = Case(cid, cid.lower(), passed, float(passed), inputs, {"sql": sql}, "The query failed.", language="sql",
+             environment={"db_path": db, "db_id": "concerts"}, labels={"gold_sql": "SELECT name FROM singer"})
+    if not passed:
+        c.diagnosis = diagnose("sql", c.environment, sql)
+    return c
+
+
+def ctx(cases: list[Case], k: int) -> ReflectionContext:
+    return ReflectionContext("generate", "Write one SQLite query.", (), "Write one SQLite query.", "(evidence)",
+                             [c.case_id for c in cases], k, cases)
+
+
+def test_cases_are_chosen_by_counted_diagnosis_category_and_the_pattern_is_stated(db):
+    cases = [case("F1", WRONG_TABLE, db), case("F2", NO_GROUP, db), case("F3", WRONG_TABLE_2, db),
+             case("P1", "SELECT name FROM singer", db, passed=True)]
+    rl = scripted_lm(lambda req: {"rule": "Always take each column from the table whose schema lists it."})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 2))
+    calls = engine_of(rl).calls
+    assert [c.inputs["failure_pattern"].split(".")[0] for c in calls] == [
+        "2 of 3 failing case(s): a column is taken from a table that does not have it",
+        "1 of 3 failing case(s): an aggregate is selected next to plain columns without GROUP BY",
+    ]
+    assert "In this case: column `name` is not in `singer_in_concert`; tables that have it: `singer`" in calls[0].inputs[
+        "failure_pattern"]
+    assert "question F1" in calls[0].inputs["failing_case"] and "question F2" in calls[1].inputs["failing_case"]
+    assert [e.cites for e in proposal.edits] == [["F1"], ["F2"]]
+    gradient = evidence_gradient(cases, {c.case_id for c in cases})
+    assert "- column not in its table: 2 case(s) (F1, F3)" in gradient
+    assert gradient.index("column not in its table") < gradient.index("aggregate mixed with plain columns")
+
+
+def test_the_case_prompt_shows_the_diagnosis_and_no_environment_reference_or_label(db):
+    c = case("F1", WRONG_TABLE, db)
+    c.inputs.update(graph="films", graph_source="/data/films.cypher", engine="<engine>")
+    text = _render_case(c, 400)
+    assert "diagnosis: column `name` is not in `singer_in_concert`" in text
+    for hidden in ("db_path", "db_id", "graph", "graph_source", "engine", db, "SELECT name FROM singer"):
+        assert hidden + ":" not in text if hidden.isidentifier() else hidden not in text
+    assert "question: question F1" in text and "db_schema: CREATE TABLE singer" in text
+
+
+def test_ties_rank_the_more_specific_category_first(db):
+    cases = [case("F1", NO_GROUP, db), case("F2", WRONG_TABLE, db)]  # one each: the schema fact ranks first
+    assert [c.case_id for c in CaseRuleProposer().choose_cases(ctx(cases, 2))] == ["F2", "F1"]
+
+
+def test_without_a_diagnosis_the_feedback_label_is_the_category():
+    plain = [Case("F1", "f1", False, 0.0, {"question": "q"}, {"sql": "SELECT 1"}, "SyntaxError: near x"),
+             Case("F2", "f2", False, 0.0, {"question": "q"}, {"sql": "SELECT 1"}, "values differ")]
+    chosen = CaseRuleProposer().choose(ctx(plain, 2))
+    assert [c.case_id for c, _ in chosen] == ["F1", "F2"]
+    assert chosen[0][1] == "1 of 2 failing case(s): the program failed with SyntaxError."
