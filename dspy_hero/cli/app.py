@@ -101,18 +101,71 @@ def default_out(task_name: str, command: str) -> Path:
     return Path("hero_runs") / task_name.replace("/", "_") / command
 
 
-def claim_run_dir(out: Path, task_name: str) -> None:
-    """A run directory holds one task's run: resuming another task's HERO-O log, program or evaluations
-    there would mix two tasks' results, so a second task is refused (the first claims it)."""
+def claim_run_dir(out: Path, task_name: str, stages: dict[str, dict[str, Any]] | None = None) -> None:
+    """A run directory holds one task's run under one configuration.
+
+    Resuming another task's HERO-O log, program or evaluations there would mix two tasks' results, so a
+    second task is refused (the first claims it). Likewise each stage's settings that change its result
+    and that its cached files cannot tell apart (HERO-O's budget, rounds, LMs, seed; an evaluation's LM)
+    are recorded, and once that stage has written anything a re-run with other values is refused:
+    otherwise its finished (or half-journaled) work would silently stand for a configuration that never
+    ran. Settings the caches check themselves (--limit, --program, --refine-all) are not recorded:
+    changing them re-runs the stage.
+    """
     marker = out / "task.json"
+    stages = stages or {}
+    claimed: dict[str, Any] = {"task": task_name, "stages": {}}
     if marker.exists():
-        owner = json.loads(marker.read_text()).get("task")
+        claimed = json.loads(marker.read_text())
+        claimed.setdefault("stages", {})
+        owner = claimed.get("task")
         if owner != task_name:
             raise UserError(f"{str(out)!r} holds a run of task {owner!r}, not {task_name!r}; pass another --out")
-        return
+        for stage, settings in stages.items():
+            before = claimed["stages"].get(stage)
+            if before is None or not _stage_started(out, stage):
+                continue  # nothing was bought under the recorded settings (say, the LM never answered)
+            changed = [f"{_option(k)} {before.get(k)!r} -> {settings.get(k)!r}"
+                       for k in sorted(set(before) | set(settings)) if before.get(k) != settings.get(k)]
+            if changed:
+                raise UserError(
+                    f"{str(out)!r} holds a {stage} run made with other settings ({'; '.join(changed)}); "
+                    f"its results would be reused as if made with the new ones. Pass another --out for the new "
+                    f"settings, or repeat the recorded ones to resume")
+        if all(claimed["stages"].get(stage) == settings for stage, settings in stages.items()):
+            return
     from dspy_hero.cli.report import write_json_atomic
 
-    write_json_atomic(marker, {"task": task_name})
+    claimed["stages"] = {**claimed["stages"], **stages}
+    write_json_atomic(marker, claimed)
+
+
+STAGE_FILES = {"hero_o": ("hero_o_program.json", "hero_o_log"), "evaluate": ("eval_*.json",)}
+
+
+def _stage_started(out: Path, stage: str) -> bool:
+    return any(any(out.glob(pattern)) for pattern in STAGE_FILES[stage])
+
+
+def _option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def hero_o_settings(lm: str, reflection_lm: Optional[str], auto: Optional[str], max_metric_calls: Optional[int],
+                    rounds: int, candidates: int, seed: int, data: Optional[Path] = None) -> dict[str, Any]:
+    """What a finished HERO-O stage was bought with (the effective budget: no option means auto=light)."""
+    return {"lm": lm, "reflection_lm": reflection_lm or lm,
+            "auto": auto if auto or max_metric_calls is not None else "light", "max_metric_calls": max_metric_calls,
+            "rounds": rounds, "candidates": candidates, "seed": seed, "data": _data_key(data)}
+
+
+def eval_settings(lm: str, data: Optional[Path] = None) -> dict[str, Any]:
+    """What cached evaluations depend on beyond their own fingerprint (task, examples, program)."""
+    return {"lm": lm, "data": _data_key(data)}
+
+
+def _data_key(data: Optional[Path]) -> Optional[str]:
+    return str(data.resolve()) if data is not None else None
 
 
 @contextmanager
@@ -180,7 +233,9 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
     task = load_task_or_fail(DEMO_TASK, None)
-    claim_run_dir(out, task.name)
+    claim_run_dir(out, task.name, {
+        "hero_o": hero_o_settings(lm_spec, reflection_spec, None, max_metric_calls, rounds, candidates, seed),
+        "evaluate": eval_settings(lm_spec)})
     console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
                   f"questions ({task.split_note})")
     console.print(f"starting the task LM ({lm_spec}) ...")
@@ -223,8 +278,11 @@ def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls,
 
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise UserError(f"--auto must be light, medium or heavy, not {auto!r}")
+    if auto is not None and max_metric_calls is not None:  # HeroOptimizer (like dspy.GEPA) refuses both too
+        raise UserError(f"--auto {auto} and --max-metric-calls {max_metric_calls} both set the budget; pass one of them")
     task = load_task_or_fail(task_name, data)
-    claim_run_dir(out, task.name)
+    claim_run_dir(out, task.name, {
+        "hero_o": hero_o_settings(lm_spec, reflection_spec, auto, max_metric_calls, rounds, candidates, seed, data)})
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, auto=auto, max_metric_calls=max_metric_calls, num_rounds=rounds,
                        num_candidates=candidates, threads=threads, seed=seed, log_dir=log_dir)
@@ -257,7 +315,7 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     task = load_task_or_fail(task_name, data)
     if program_path is not None and not program_path.exists():
         raise UserError(f"program file {str(program_path)!r} does not exist")
-    claim_run_dir(out, task.name)
+    claim_run_dir(out, task.name, {"evaluate": eval_settings(lm_spec, data)})
     program = task.make_program()
     if program_path is not None:  # before the LM: a bad file must not wait for a model to start
         try:
@@ -294,24 +352,47 @@ def refine_cmd(
 
 
 @app.command()
-def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run directory written by `hero demo`.")):
-    """Re-render the table, Markdown and plots of a finished run directory."""
+def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run directory written by `hero demo`, "
+                                    "`optimize`, `evaluate` or `refine`.")):
+    """Re-render the table, Markdown and plots of a run directory from the stage files it holds."""
     _run(_report, out)
 
 
 def _report(out: Path):
-    path = out / "results.json"
-    if not path.exists():
-        raise UserError(f"no results.json in {str(out)!r}; run `hero demo --out {out}` first")
+    from dspy_hero.cli.pipeline import read_run_dir, write_run_report
+
+    reports, hero = read_run_dir(out) if out.is_dir() else ([], {})
+    previous = out / "results.json"
+    if not reports and not hero:
+        if previous.exists():  # a report whose stage files are gone: re-render what it recorded
+            return _rerender(out, json.loads(previous.read_text()))
+        raise UserError(f"no evaluations (eval_*.json), HERO-O result (hero_o_result.json) or results.json in "
+                        f"{str(out)!r}; run `hero demo`, `hero optimize`, `hero evaluate` or `hero refine` "
+                        f"with --out {out} first")
+    marker = out / "task.json"
+    task = json.loads(marker.read_text()).get("task") if marker.exists() else None
+    # The task's own notes (its split) are known only to the command that ran it; keep them from the last report.
+    notes = [n for n in json.loads(previous.read_text()).get("notes", []) if n.startswith(("task:", "test examples:"))] \
+        if previous.exists() else []
+    notes = notes or ([f"task: {task}"] if task else [])
+    summary = write_run_report(out, f"HERO on {task}" if task else "HERO", reports, hero, notes)
+    if summary["rows"]:
+        print_rows(summary["rows"], f"HERO on {task}" if task else "HERO")
+    if hero:
+        console.print(f"HERO-O: {len(hero.get('rounds', []))} rounds, final prompt {hero.get('final_entry_id')}, "
+                      f"{hero.get('total_metric_calls')} rollouts, fix:break of adopted prompts "
+                      f"{hero.get('adopted_fixes')}:{hero.get('adopted_breaks')}")
+    console.print(f"report: {summary['paths']['markdown']}")
+
+
+def _rerender(out: Path, data: dict[str, Any]) -> None:
+    from dspy_hero.cli.pipeline import per_round_fix_break
     from dspy_hero.cli.report import MethodRow, write_report
 
-    data = json.loads(path.read_text())
     rows = [MethodRow(**r) for r in data.pop("rows")]
     title = data.pop("title", "HERO")
-    from dspy_hero.cli.pipeline import per_round_fix_break
-
-    per_round = per_round_fix_break(data.get("hero_o", {}))
-    paths = write_report(out, title, rows, data, per_round)
+    hero = data.get("hero_o", {})
+    paths = write_report(out, title, rows, data, per_round_fix_break(hero) if hero else None)
     print_rows(rows, title)
     console.print(f"report: {paths['markdown']}")
 

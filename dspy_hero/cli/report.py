@@ -89,17 +89,41 @@ def plot_fix_to_break(per_round: list[tuple[int, int]], path: Path) -> None:
     plt.close(fig)
 
 
+def rounds_table(hero: dict[str, Any]) -> str:
+    """HERO-O's rounds from a HeroResult dict: what each diagnosed, tested, adopted and spent."""
+    lines = ["## HERO-O rounds", "", "| round | predictor | failing / cases | candidates tested | adopted | "
+             "fixes:breaks | metric calls |", "|---:|---|---:|---:|---|---:|---:|"]
+    for r in hero.get("rounds", []):
+        cases = r.get("diagnosis_cases", [])
+        tested = [c["decision"] for c in r.get("candidates", []) if c.get("decision")]
+        fixes, breaks = sum(d.get("fixes", 0) for d in tested), sum(d.get("breaks", 0) for d in tested)
+        lines.append(f"| {r.get('round')} | {r.get('predictor')} | {sum(not c.get('passed') for c in cases)} / "
+                     f"{len(cases)} | {len(tested)} | {r.get('adopted_candidate_id') or '—'} | {fixes}:{breaks} | "
+                     f"{r.get('metric_calls', 0)} |")
+    final = hero.get("final_instructions") or {}
+    lines += ["", f"Final prompt: `{hero.get('final_entry_id', 'seed')}`, {hero.get('total_metric_calls', 0)}/"
+                  f"{hero.get('budget', 0)} metric calls."]
+    for name, text in final.items():
+        lines += ["", f"Instructions of `{name}`:", "", "```text", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
 def write_report(out_dir: Path, title: str, rows: list[MethodRow], results: dict[str, Any],
                  per_round_fix_break: list[tuple[int, int]] | None = None) -> dict[str, Path]:
-    """Write results.json, report.md, accuracy.png (+ fix_to_break.png); return the paths."""
+    """Write results.json and report.md, with accuracy.png when there are evaluations and
+    fix_to_break.png (and a rounds table) when there is a HERO-O result; return the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md", "accuracy": out_dir / "accuracy.png"}
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md"}
     write_json_atomic(paths["json"], {"title": title, "rows": [r.__dict__ for r in rows], **results})
-    body = f"# {title}\n\n" + markdown_table(rows)
+    body = f"# {title}\n\n" + (markdown_table(rows) if rows else "No evaluations in this run directory.\n")
     if results.get("notes"):
         body += "\n" + "\n".join(f"- {n}" for n in results["notes"]) + "\n"
+    if results.get("hero_o", {}).get("rounds") is not None:
+        body += "\n" + rounds_table(results["hero_o"])
     paths["markdown"].write_text(body)
-    plot_accuracy(rows, paths["accuracy"])
+    if rows:
+        paths["accuracy"] = out_dir / "accuracy.png"
+        plot_accuracy(rows, paths["accuracy"])
     if per_round_fix_break is not None:
         paths["fix_to_break"] = out_dir / "fix_to_break.png"
         plot_fix_to_break(per_round_fix_break, paths["fix_to_break"])
