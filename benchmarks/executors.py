@@ -2,7 +2,7 @@
 
 Prints three measurements (issue 2's targets in brackets):
 
-* SQL: `SQLiteExecutor.run` over raw ``sqlite3`` (read-only connect, execute, fetchall, close) on the
+* SQL: `SQLiteExecutor.run` over raw ``sqlite3`` (``mode=ro`` connect, execute, fetchall, close) on the
   same queries — the Spider dev gold queries when ``../shared/benchmarks`` is present, else queries
   over a generated database. Each query is timed both ways alternately, `rounds` times; the best
   time per query and side is kept (load spikes only ever add time), and the ratio is of their sums.
@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.execution.sqlite import SQLiteExecutor, read_only_uri
+from dspy_hero.execution.sqlite import SQLiteExecutor
 
 
 def shared_benchmarks() -> Path:
@@ -99,7 +99,9 @@ def measure_sql(rounds: int) -> dict:
         if work is None:
             work, source = generated_workload(tmp), "generated database"
         executors = {p: SQLiteExecutor(p) for p, _ in work}
-        uris = {p: read_only_uri(p) for p in executors}
+        # The bare engine as anyone opens a file read-only (``mode=ro``): the executor's own URI adds
+        # ``immutable=1``, one of its guards (no -wal/-shm files, no locking), so it is not the baseline.
+        uris = {p: Path(p).resolve().as_uri() + "?mode=ro" for p in executors}
 
         def raw_once(path: str, sql: str) -> None:
             conn = sqlite3.connect(uris[path], uri=True)
