@@ -134,23 +134,49 @@ def test_concurrent_queries_survive_a_crash_transparently(engine, guard_off):
     assert engine.pid != pid and engine.alive()
 
 
-def test_queries_cut_by_another_querys_timeout_restart_are_retried(engine):
+def _hammer(executor, workers: int, during) -> list[tuple[bool, str]]:
+    """Run the correct queries from `workers` threads while `during()` runs; their outcomes."""
+    stop = threading.Event()
+    outcomes: list[tuple[bool, str]] = []
+
+    def worker(i: int) -> None:
+        k = 0
+        while not stop.is_set():
+            query, expected = CORRECT[(i + k) % len(CORRECT)]
+            r = executor.run(query, "g")
+            outcomes.append((r.ok and r.rows == expected, r.describe()))
+            k += 1
+
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(worker, i) for i in range(workers)]
+        try:
+            during()
+        finally:
+            stop.set()
+            for f in futures:
+                f.result()
+    return outcomes
+
+
+def test_queries_cut_by_another_querys_timeout_restart_are_retried():
     """A runaway that ignores the engine timeout forces a restart; queries in flight then lose their
-    connection and must be retried on the new server, not scored 0."""
+    connection and must be retried on the new server (which has the graph loaded before any query
+    reaches it), not scored 0."""
     runaway = "RETURN size(reduce(s = '', x IN range(1, 5000000) | s + 'xxxxxxxxxx'))"
-    fast = FalkorDBExecutor(timeout_s=1.0)
+    fast = FalkorDBExecutor(timeout_s=1.0, threads=4)
     fast.load_graph("g", GRAPH)
     try:
-        results = []
-        with ThreadPoolExecutor(4) as pool:
-            slow = pool.submit(fast.run, runaway, "g")
-            time.sleep(0.2)
-            for _ in range(3):
-                futures = [pool.submit(fast.run, q, "g") for q, _ in CORRECT]
-                results += [(f.result(), exp) for f, (_, exp) in zip(futures, CORRECT)]
-                time.sleep(0.3)
-            assert slow.result().error_type == "Timeout"
-        assert all(r.ok and r.rows == exp for r, exp in results), [r.describe() for r, _ in results if not r.ok]
+        pid = fast.pid
+        box = {}
+
+        def runaway_then_settle() -> None:
+            box["slow"] = fast.run(runaway, "g")
+            time.sleep(0.3)
+
+        outcomes = _hammer(fast, 4, runaway_then_settle)
+        assert box["slow"].error_type == "Timeout" and fast.pid != pid
+        failures = [d for ok, d in outcomes if not ok]
+        assert len(outcomes) > 50 and failures == [], failures[:5]
     finally:
         fast.close()
 

@@ -481,7 +481,9 @@ class FalkorDBExecutor:
                         suspect = True  # retried alone, so a second crash names the cause
                         continue
                     if link is not self._link or server.stopped_by_owner:
-                        continue  # stopped for another query's sake: send ours again
+                        with self._lock:  # stopped for another query's sake: wait for the restart
+                            pass
+                        continue  # and send ours again
                     if attempt + 1 < _ATTEMPTS:
                         continue  # a dropped connection to a live server: nothing was lost
                     return failed(
