@@ -62,22 +62,58 @@ TIME_ATTACKS = [
         "SELECT instr(zeroblob(4000000), zeroblob(2000000) || x'01')",
         {RESOURCE, TIMEOUT},
     ),
+    (
+        "trim quadratic",
+        "SELECT length(trim(printf('%.*c', 1000000, 'a'), printf('%.*c', 1000000, 'b') || 'a'))",
+        ((0,),),  # the distinct characters to remove are two: linear time, the right answer
+    ),
+    (
+        "trim with many distinct characters",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 50000) "
+        "SELECT length(ltrim(printf('%.*c', 1000000, 'a'), (SELECT group_concat(char(x + 256), '') FROM c) || 'a'))",
+        {RESOURCE, TIMEOUT},
+    ),
+    (
+        "rtrim blob quadratic",
+        "SELECT length(rtrim(zeroblob(1000000), zeroblob(1000000)))",
+        {RESOURCE, TIMEOUT},
+    ),
+    (  # one row's expressions run no deadline check: a chain of value-sized operations
+        "hex chain",
+        "WITH t(a) AS (SELECT randomblob(2000000)) SELECT " + "+".join(["length(hex(a))"] * 300) + " FROM t",
+        {RESOURCE, TIMEOUT},
+    ),
+    (
+        "upper chain",
+        "WITH t(a) AS (SELECT printf('%.*c', 4000000, 'x')) SELECT " + "+".join(["length(upper(a))"] * 300) + " FROM t",
+        {RESOURCE, TIMEOUT},
+    ),
+    (
+        "concat chain",
+        "WITH t(a) AS (SELECT zeroblob(2000000)) SELECT " + "+".join(["length(a||a)"] * 300) + " FROM t",
+        {RESOURCE, TIMEOUT},
+    ),
+    (
+        "zeroblob hex columns",
+        "SELECT " + ", ".join(["length(hex(zeroblob(2000000)))"] * 100),
+        {RESOURCE, TIMEOUT},
+    ),
     (  # many slow calls per row: the progress handler fires only every few thousand instructions
         "randomblob per row",
         "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 1000) "
-        "SELECT length(randomblob(15000000)) FROM c",
+        "SELECT length(randomblob(4000000)) FROM c",
         {RESOURCE, TIMEOUT},
     ),
     (
         "randomblob columns",
-        "SELECT " + ", ".join(["length(randomblob(15000000))"] * 60),
+        "SELECT " + ", ".join(["length(randomblob(4000000))"] * 120),
         {RESOURCE, TIMEOUT},
     ),
 ]
 MEMORY_ATTACKS = [
     ("randomblob x6 (issue)", "SELECT " + ", ".join(["randomblob(200000000)"] * 6)),
-    ("randomblob under the value limit x40", "SELECT " + ", ".join(["randomblob(15000000)"] * 40)),
-    ("zeroblob materialized x40", "SELECT " + ", ".join(["hex(zeroblob(8000000))"] * 40)),
+    ("randomblob under the value limit x100", "SELECT " + ", ".join(["randomblob(4000000)"] * 100)),
+    ("zeroblob materialized x100", "SELECT " + ", ".join(["hex(zeroblob(2000000))"] * 100)),
     (  # UNION keeps every row seen, to drop duplicates: the distinct table grows without bound
         "recursive CTE distinct table",
         "WITH RECURSIVE c(x, b) AS (SELECT 1, zeroblob(1000000) UNION SELECT x + 1, zeroblob(1000000) || x "

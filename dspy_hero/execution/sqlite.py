@@ -107,8 +107,9 @@ _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_maste
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
 # Largest string/blob a query may read or build (SQLITE_LIMIT_LENGTH). It also bounds the time of
-# one linear C call (hex, upper, ||: ~5 ms at this size), which no timeout can interrupt.
-_MAX_VALUE_BYTES = 16 * 1024 * 1024
+# one linear C call (hex, upper, quote, ||: ~1-7 ms at this size), which no timeout can interrupt.
+# The largest value in the shared Spider/BIRD databases is 60 bytes.
+_MAX_VALUE_BYTES = 4 * 1024 * 1024
 # Text and blob bytes one result may hold in this process: the row cap alone would let 100,000 rows
 # of 256 MiB values through, and the rows are fetched into the host's memory.
 _MAX_RESULT_BYTES = 256 * 1024 * 1024
@@ -280,7 +281,19 @@ _PRINTF_SPEC = re.compile(r"%([-+ #0!,]*)(\*|[0-9]*)(?:\.(\*|[0-9]*))?(l{0,2})(.
 # Functions whose one call can run long or build a huge value before any deadline check. A query
 # whose text names one of them gets the bounded versions (names match inside quotes and comments
 # too, which only means a harmless registration; SQLite has no other way to reach a function).
-_BOUNDED_NAMES = ("printf", "format", "instr", "replace", "randomblob")
+# Straight-line code (one row's expressions) runs no instruction that checks the deadline, so its
+# time is bounded only by the number of value-sized operations in it times their cost (~15 ms for
+# upper() on a value at the length limit). A query may hold at most timeout_s / that many of them,
+# so even a chain of them ends within twice the timeout. Counted on the raw text (string literals
+# included: an overcount only matters for tiny timeouts).
+_HEAVY_TERM_S = 0.015
+_MIN_HEAVY_TERMS = 32
+_HEAVY_TERM = re.compile(
+    r"\b(?:hex|upper|lower|quote|length|octet_length|substr|substring|replace|instr|trim|ltrim|rtrim|printf|"
+    r"format|zeroblob|randomblob|soundex|char|unicode|cast|like|glob|regexp|match|json\w*)\b|\|\|",
+    re.IGNORECASE,
+)
+_BOUNDED_NAMES = ("printf", "format", "instr", "replace", "randomblob", "trim")  # "trim" covers ltrim/rtrim
 
 
 class _BoundedFunctions:
@@ -309,6 +322,8 @@ class _BoundedFunctions:
         conn.create_function("instr", 2, self.instr)
         conn.create_function("replace", 3, self.replace)
         conn.create_function("randomblob", 1, self.randomblob)
+        for name, strip in (("trim", str.strip), ("ltrim", str.lstrip), ("rtrim", str.rstrip)):
+            conn.create_function(name, 2, self._trimmer(name, strip))
 
     def close(self) -> None:
         if self._aux is not None:
@@ -385,6 +400,25 @@ class _BoundedFunctions:
         if _byte_size(text) * _byte_size(old) > self.MAX_SEARCH_WORK:
             self._refuse("replace over huge mixed-type arguments")
         return self._call("replace", (text, old, new))
+
+    def _trimmer(self, name: str, strip: Any) -> Any:
+        """trim(X, Y) compares every character of X with every character of Y: 40,000 x 40,000
+        takes 4 s. Duplicates in Y change nothing, so the work is bounded by the distinct ones."""
+
+        def trim(text: Any, chars: Any) -> Any:
+            self._check_deadline()
+            if text is None or chars is None:
+                return None
+            if text.__class__ is str and chars.__class__ is str:
+                distinct = "".join(dict.fromkeys(chars))
+                if len(text) * len(distinct) > self.MAX_SEARCH_WORK:
+                    self._refuse(f"{name}() over {len(text):,} characters with {len(distinct):,} distinct characters to remove")
+                return strip(text, distinct)
+            if _byte_size(text) * _byte_size(chars) > self.MAX_SEARCH_WORK:
+                self._refuse(f"{name}() over huge mixed-type arguments")
+            return self._call(name, (text, chars))
+
+        return trim
 
     def randomblob(self, size: Any) -> Any:
         self._check_deadline()
@@ -490,6 +524,16 @@ class SQLiteSession:
             if any(name in low for name in _BOUNDED_NAMES):
                 self._bounded = _BoundedFunctions(self)
                 self._bounded.install(conn)
+        if len(sql) >= 2 * ex._heavy_budget:  # shorter texts cannot hold more terms (each is >= 2 chars)
+            heavy = len(_HEAVY_TERM.findall(sql))
+            if heavy > ex._heavy_budget:
+                return failed(
+                    RESOURCE,
+                    f"the query applies {heavy} string/blob operations (functions, ||, LIKE); at most "
+                    f"{ex._heavy_budget} fit its {ex.timeout_s:g} s timeout, since one row's expressions cannot "
+                    "be interrupted",
+                    time.perf_counter() - start,
+                )
         token = ex.watchdog.watch(conn, deadline)
         try:
             try:
@@ -540,6 +584,9 @@ class SQLiteSession:
             if self._resource is not None:
                 return failed(RESOURCE, self._resource, elapsed)
             kind = _classify(message)
+            if self._bounded is not None and "user-defined function raised exception" in message:
+                message += (" (a bounded replacement of printf/instr/replace/trim/randomblob could not read its "
+                            "arguments, e.g. text that is not valid UTF-8)")
             if self._denied:
                 kind = REJECTED
                 message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(self._denied[:3]))}"
@@ -581,6 +628,7 @@ class SQLiteExecutor:
         # share one between executors made per query, so each does not start its own thread
         self.watchdog = watchdog if watchdog is not None else Watchdog()
         self._heap_limited = False
+        self._heavy_budget = max(_MIN_HEAVY_TERMS, int(self.timeout_s / _HEAVY_TERM_S))
         self._uri = read_only_uri(db_path)
 
     def exists(self) -> bool:
