@@ -2,24 +2,37 @@
 
 Generated SQL is untrusted, so four independent guards stand between it and the data:
 
-1. the connection is opened read-only through a URI (``file:...?mode=ro``), so page writes fail;
+1. the connection is opened read-only and immutable through a URI (``file:...?mode=ro&immutable=1``),
+   so page writes fail and no ``-wal``/``-shm``/journal file is ever created beside the database
+   (a database with a non-empty ``-wal`` is refused with a clear error: its changes would be missed);
 2. an authorizer allows only reading actions (SELECT, column reads, recursive CTEs, ordinary
    functions, a few introspection pragmas) and denies everything else, including ATTACH and
    ``VACUUM INTO``, which write *other* files even on a read-only connection;
 3. ``SQLITE_LIMIT_ATTACHED`` is 0, so no second database can be attached at all;
 4. only one statement runs (Python's sqlite3 refuses a second; trailing semicolons and comments pass).
 
-A wall-clock timeout stops runaway queries twice over: a progress handler checks the deadline every
-few thousand VM instructions, and a shared watchdog thread calls ``interrupt()`` when the deadline
-passes, for the rare long step that runs no VM instructions (a huge sort, a slow C function). Results
-are capped at `max_rows` rows (``truncated=True`` beyond), no string or blob may exceed
-256 MiB (``SQLITE_LIMIT_LENGTH``), and a result holding more than 256 MiB of text and blobs in all
-is stopped as a resource error (the rows live in the host's memory). Each `run` opens its own connection, so one executor can serve many
-threads.
+Time. A progress handler checks the deadline every few thousand VM instructions, and a `Watchdog`
+thread calls ``interrupt()`` when it passes. Both act only at loop instructions, so three more
+bounds cover what runs between them (issue 12, class E): the SQL functions whose *single call* is
+long (``printf('%.*c', 2000000000, 'x')`` loops ~12 s; ``instr``/``replace``/``trim`` are quadratic)
+are replaced, on queries that name them, by bounded versions that check the deadline, refuse
+oversized widths and searches, and compute the rest with the built-in or a linear-time search
+(`_BoundedFunctions`); every string or blob is at most 4 MiB (``SQLITE_LIMIT_LENGTH``), so one
+linear call lasts milliseconds; and a query may hold at most ``timeout_s / 15 ms`` value-sized
+operations (functions, ``||``, LIKE), so one row's uninterruptible expressions end within the
+timeout again. Together: a query returns within twice its timeout.
 
-Known limit of in-process execution: a single built-in C function call cannot be interrupted. The
-worst we know is ``printf('%.*c', 2000000000, 'x')``, which loops ~12 s before SQLite gives up (its
-memory stays bounded by the length limit); the timeout then fires at the next VM instruction.
+Memory and disk. ``temp_store=MEMORY`` keeps temporary b-trees, sorters and CTE queues in SQLite's
+heap instead of temporary files, and ``PRAGMA hard_heap_limit`` caps that heap (1 GiB by default;
+process-wide, only ever lowered), so one row's values, a sort or a DISTINCT table fail with a
+resource error instead of filling memory or the disk. Results are capped at `max_rows` rows
+(``truncated=True`` beyond), and a result holding more than 256 MiB of text and blobs in all is
+stopped (the rows live in the host's memory). Each `run` opens its own connection, so one executor
+can serve many threads.
+
+Cost: the heap limit is shared by every SQLite connection of the process, so a query that exhausts
+it can make a concurrent one fail with a ResourceLimit too (its message says so). The smallest
+``heap_limit_mb`` any executor of the process asked for wins (SQLite's pragma only lowers it).
 """
 
 from __future__ import annotations
@@ -117,6 +130,7 @@ _MAX_RESULT_BYTES = 256 * 1024 * 1024
 # Values of one row, temporary tables, sorters and CTE queues all live there (temp_store=MEMORY),
 # so no query holds more than this, and none spills to temporary files.
 DEFAULT_HEAP_LIMIT_MB = 1024
+_HEAP_NOTE = " (SQLite's heap is capped at {} MiB for the whole process, shared by concurrent queries)"
 
 _SYNTAX_PATTERNS = (
     "syntax error",
@@ -587,12 +601,15 @@ class SQLiteSession:
             if self._bounded is not None and "user-defined function raised exception" in message:
                 message += (" (a bounded replacement of printf/instr/replace/trim/randomblob could not read its "
                             "arguments, e.g. text that is not valid UTF-8)")
+            if kind == RESOURCE and "out of memory" in message.lower():
+                message += _HEAP_NOTE.format(ex.heap_limit_mb)
             if self._denied:
                 kind = REJECTED
                 message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(self._denied[:3]))}"
             return failed(kind, message, elapsed)
         except (MemoryError, OverflowError) as exc:
-            return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+            note = _HEAP_NOTE.format(ex.heap_limit_mb) if isinstance(exc, MemoryError) else ""
+            return failed(RESOURCE, f"{type(exc).__name__}: {exc}{note}", time.perf_counter() - start)
         except Exception as exc:  # noqa: BLE001 - e.g. a NUL character: the program's fault, reported as such
             return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
         finally:
