@@ -345,3 +345,17 @@ def test_watchdog_is_an_object_and_survives_fork(db):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_idle_watchdog_threads_exit(db):
+    """Executors made per query or per environment each own a watchdog: their threads must end
+    once idle, not pile up for the life of the process."""
+    def watchdogs() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "dspy-hero-sqlite-watchdog")
+
+    for _ in range(20):
+        assert SQLiteExecutor(db).run("SELECT 1").ok
+    deadline = time.monotonic() + 10 * Watchdog.IDLE_EXIT_S + 5
+    while watchdogs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watchdogs() == 0

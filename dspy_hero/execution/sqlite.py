@@ -212,7 +212,7 @@ class Watchdog:
     """
 
     POLL_S = 0.05
-    IDLE_EXIT_S = 10.0
+    IDLE_EXIT_S = 1.0  # short: executors made per environment each own one, and idle threads must not pile up
 
     def __init__(self) -> None:
         self._reset()
