@@ -25,6 +25,13 @@ GOLD_CYPHER = "MATCH (p:Person) WHERE p.age > 30 RETURN p.name ORDER BY p.name"
 
 any_char = st.characters(exclude_categories=())  # includes lone surrogates (category Cs)
 junk_bytes = st.binary(max_size=200).map(lambda b: b.decode("utf-8", errors="surrogateescape"))
+surrogate = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, exclude_categories=())
+# query-like text with lone surrogates spliced in (plain st.text rarely draws category Cs)
+with_surrogates = st.builds(
+    lambda head, parts: head + "".join(parts),
+    st.sampled_from(["SELECT '", "RETURN '", "MATCH (n) WHERE n.x = '", "SELECT 1 -- ", "RETURN 1 // ", ""]),
+    st.lists(st.one_of(surrogate, any_char, st.sampled_from(["'", "(", ")", "`", ";", "\x00"])), min_size=1, max_size=30),
+)
 huge = st.sampled_from(
     [
         "SELECT '" + "x" * 300_000 + "'",
@@ -45,6 +52,7 @@ huge = st.sampled_from(
 )
 program_text = st.one_of(
     st.text(alphabet=any_char, max_size=300),
+    with_surrogates,
     junk_bytes,
     huge,
     st.builds(lambda a, b: f"```sql\n{a}\n```{b}", st.text(alphabet=any_char, max_size=80), st.text(max_size=20)),
