@@ -72,6 +72,8 @@ TEMP_PREFIX = "hero-sbx-"
 SANDBOX_DIR = "/sandbox"  # the work dir as the program sees it under docker and bwrap
 ISOLATED_DIR = "/tmp/sandbox"  # ... and under rlimit with namespaces
 _BOOT_SOURCE_PATH = Path(__file__).with_name("sandbox_boot.py")
+# `python -c` runs this, which compiles the boot source (the next argument) under its own filename
+BOOT_LAUNCHER = "import sys; exec(compile(sys.argv[1], '<hero-boot>', 'exec'))"
 _SITE_MODULES = (  # the probe's second half: which site-packages modules the sandbox can see
     "import json, pkgutil\n"
     "print(json.dumps(sorted({{m.name for m in pkgutil.iter_modules({paths!r})}})))\n"
@@ -314,7 +316,7 @@ class PythonSandbox:
                            f"Fix: make {interp.path}'s site-packages readable, or pass python= an interpreter "
                            f"with them")
                 if self.python is None:
-                    raise EnvironmentError(message)
+                    raise OSError(message)
                 log.warning("python sandbox: %s", message)
         return None
 
@@ -483,7 +485,7 @@ class PythonSandbox:
             return _Plan(self.docker_command(), None, _docker_client_env(), SANDBOX_DIR, {})
         interp = self._interpreter
         assert interp is not None
-        python_argv = [interp.path, "-I", "-S", "-c", self._boot]
+        python_argv = [interp.path, "-I", "-S", "-c", BOOT_LAUNCHER, self._boot]
         root = os.getuid() == 0
         if layer == "bwrap":
             assert self._bwrap is not None
@@ -520,7 +522,7 @@ class PythonSandbox:
         ]
         for key, value in sandbox_env(SANDBOX_DIR).items():
             argv += ["--env", f"{key}={value}"]
-        return argv + [self.docker_image, "python", "-I", "-c", boot]
+        return argv + [self.docker_image, "python", "-I", "-c", BOOT_LAUNCHER, boot]
 
 
 # -------------------------------------------------------------------- helpers (pure where possible)

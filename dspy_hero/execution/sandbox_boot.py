@@ -1,7 +1,7 @@
 """The first code that runs inside a Python sandbox, before any untrusted code.
 
-`PythonSandbox` passes this file's *source text* to ``python -I -S -c``; it is never imported by the
-host. One interpreter start does everything, in an order that trusts nothing the program can touch:
+`PythonSandbox` passes this file's *source text* to ``python -I -S -c`` (compiled as ``<hero-boot>``,
+so the audit hook can tell its frames from the program's); it is never imported by the host. One interpreter start does everything, in an order that trusts nothing the program can touch:
 
 1. read the whole run (config, program, tests, stdin) from stdin, a pipe only the host writes;
    nothing is read from the work dir, which does not exist yet;
@@ -34,6 +34,7 @@ import os
 import sys
 
 _TESTS_FILE = "<hero-tests>"  # the test module's filename: it exists on no disk
+_BOOT_FILE = "<hero-boot>"  # this code's filename (the host compiles it under this name)
 _MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC = 2, 4, 1, 32, 4096, 16384
 _SYSTEM_TOP = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "var"}
 
@@ -58,7 +59,7 @@ def _mount(libc, ctypes, source, target, fstype, flags, data):
         raise OSError(ctypes.get_errno(), f"mount {fstype or 'bind'} on {target} failed")
 
 
-def _isolate(cfg):  # noqa: C901
+def _isolate(cfg):
     """rlimit layer as root, inside new mount/pid/net/ipc/uts namespaces: make the host invisible.
 
     A tmpfs (root-owned, 0755) covers every top-level directory outside the system set, plus
@@ -134,9 +135,9 @@ def _supervise(vfd):
     exits with its status. As pid 1 of the run's pid namespace (rlimit as root) the parent's exit
     kills every process left in the namespace; without one (rlimit as a plain user) it is a child
     subreaper that kills and reaps what the program left (daemons that called setsid included)."""
-    import signal  # noqa: F401 - loaded while the stdlib is certainly reachable
+    import signal
 
-    ctypes, libc = _libc()
+    _ctypes, libc = _libc()
     pid_one = os.getpid() == 1
     if not pid_one:
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -210,7 +211,7 @@ def _show_error(exc):
     except Exception:
         pass
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+    while tb is not None and tb.tb_frame.f_code.co_filename in (_BOOT_FILE, "<string>"):
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)
     sys.stderr.flush()
@@ -460,7 +461,7 @@ def _audit_hook(main_file, flags):
               "ctypes.wstring_at", "ctypes.cdata"}
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_code", "gi_code", "cr_code", "ag_code"}
     code_attrs = {"__code__", "__globals__", "__closure__"}
-    harness_files = (_TESTS_FILE, "<string>")
+    harness_files = (_TESTS_FILE, _BOOT_FILE)
 
     def deny(what):
         flags.append(f"the program attempted {what}")
@@ -470,7 +471,7 @@ def _audit_hook(main_file, flags):
         frame = sys._getframe(3)
         while frame is not None:
             name = frame.f_code.co_filename
-            if not name.endswith(("inspect.py", "<string>")):
+            if not name.endswith(("inspect.py", _BOOT_FILE)):
                 return name == main_file
             frame = frame.f_back
         return False
