@@ -179,11 +179,13 @@ class PythonSandbox:
         self._ensure_layer()
         return self._cgroups is not None or self._layer == "docker"
 
-    def run(self, code: str, stdin: str | None = None, timeout_s: float | None = None) -> Execution:
-        """Run `code` as a script; output is stdout and stderr together, capped."""
+    def run(self, code: str, stdin: str | None = None, timeout_s: float | None = None,
+            max_output_bytes: int | None = None) -> Execution:
+        """Run `code` as a script; output is stdout and stderr together, capped (at
+        `max_output_bytes` for this run when given, else the instance's cap)."""
         if not isinstance(code, str) or not code.strip():
             return failed(EMPTY_PROGRAM, "the program is empty")
-        return self._execute(code, None, mode="run", stdin=stdin, timeout_s=timeout_s)
+        return self._execute(code, None, mode="run", stdin=stdin, timeout_s=timeout_s, cap=max_output_bytes)
 
     def run_unittest(self, code: str, test_code: str, timeout_s: float | None = None) -> Execution:
         """Run `code`, then `test_code` in the same module (BigCodeBench's ``code + "\\n" + tests``),
@@ -323,17 +325,18 @@ class PythonSandbox:
     # ---------------------------------------------------------------- running
 
     def _execute(self, source: str, tests: str | None, mode: str, stdin: str | None,
-                 timeout_s: float | None) -> Execution:
+                 timeout_s: float | None, cap: int | None = None) -> Execution:
         try:
             self._ensure_layer()
         except (RuntimeError, OSError) as exc:
             return failed(ENVIRONMENT, str(exc))
         assert self._layer is not None
-        return self._execute_on(self._layer, source, tests, mode, stdin, timeout_s)
+        return self._execute_on(self._layer, source, tests, mode, stdin, timeout_s, cap)
 
     def _execute_on(self, layer: str, source: str, tests: str | None, mode: str, stdin: str | None,
-                    timeout_s: float | None) -> Execution:
+                    timeout_s: float | None, cap: int | None = None) -> Execution:
         timeout = float(timeout_s) if timeout_s is not None else self.timeout_s
+        cap = int(cap) if cap is not None and cap > 0 else self.max_output_bytes
         token = "@@hero-" + secrets.token_hex(16) + "@@"
         start = time.perf_counter()
         proc: subprocess.Popen | None = None
@@ -378,14 +381,14 @@ class PythonSandbox:
             )
             feeder = threading.Thread(target=_feed, args=(proc, payload), daemon=True)
             feeder.start()
-            raw, verdict, timed_out, capped = self._collect(proc, start + timeout, plan)
+            raw, verdict, timed_out, capped = self._collect(proc, start + timeout, plan, cap)
             feeder.join(timeout=1.0)
             runtime = time.perf_counter() - start
             if cgroup is not None and proc.returncode == JOIN_FAILED and not verdict:
                 return failed(ENVIRONMENT, f"could not join the run's cgroup: {raw.decode(errors='replace')[-300:]}",
                               runtime, layer=layer)
             return interpret(raw, verdict, token, proc.returncode, timed_out, capped, runtime, timeout, layer, mode,
-                             self.max_output_bytes, oom=cgroup is not None and cgroup.oom_killed())
+                             cap, oom=cgroup is not None and cgroup.oom_killed())
         except UnicodeEncodeError as exc:  # e.g. a lone surrogate from a JSON-escaped answer: not Python source
             return failed(SYNTAX, f"the program (or its stdin) is not valid UTF-8 text: {exc}",
                           time.perf_counter() - start, layer=layer)
@@ -418,14 +421,14 @@ class PythonSandbox:
                 weakref.finalize(self, shutil.rmtree, self._private_parent, True)
             return self._private_parent
 
-    def _collect(self, proc: subprocess.Popen, deadline: float, plan: _Plan) -> tuple[bytes, bytes, bool, bool]:
+    def _collect(self, proc: subprocess.Popen, deadline: float, plan: _Plan, cap: int) -> tuple[bytes, bytes, bool, bool]:
         """Read output and verdict until both end, the deadline or a cap; a short drain once the main
         process exits (an escaped daemon may hold a pipe open)."""
         assert proc.stdout is not None and proc.stderr is not None
         out_fd, verdict_fd = proc.stderr.fileno(), proc.stdout.fileno()
         chunks: dict[int, list[bytes]] = {out_fd: [], verdict_fd: []}
         sizes = {out_fd: 0, verdict_fd: 0}
-        limits = {out_fd: self.max_output_bytes + 4096, verdict_fd: MAX_VERDICT_BYTES + 1}
+        limits = {out_fd: cap, verdict_fd: MAX_VERDICT_BYTES + 1}
         timed_out = capped = False
         exited_at: float | None = None
         with selectors.DefaultSelector() as sel:

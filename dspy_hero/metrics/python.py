@@ -138,8 +138,7 @@ def ds_outputs_metric(
     """
     if num_cases <= 0:
         raise ValueError("num_cases must be positive")
-    sb = sandbox or PythonSandbox(timeout_s=timeout_s, memory_mb=8192, max_processes=256,
-                                  max_output_bytes=_DS_OUTPUT_BYTES)
+    sb = sandbox or PythonSandbox(timeout_s=timeout_s, memory_mb=8192, max_processes=256)
     driver = _DRIVER_PATH.read_text(encoding="utf-8")
 
     def judge(gold: Any, pred: Any) -> Verdict:
@@ -150,15 +149,14 @@ def ds_outputs_metric(
                 return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
             test_script = get_field(gold, "test_script")
             marker = "@@hero-ds-outputs@@"
-            run = sb.run(driver + "\ncandidate_main({!r}, {!r}, {:d}, {!r})\n".format(
-                code, test_script, num_cases, marker), timeout_s=timeout_s)
+            run = sb.run(driver + f"\ncandidate_main({code!r}, {test_script!r}, {num_cases:d}, {marker!r})\n",
+                         timeout_s=timeout_s, max_output_bytes=_DS_OUTPUT_BYTES)
             blob = _last_payload(run.output or "", marker)
             if blob is None or run.truncated:
                 return _ds_verdict(run, None, reveal_expected, side="program")
             token = "@@hero-ds-" + secrets.token_hex(12) + "@@"
             judged = sb.run(driver + "\njudge_main({!r}, {!r}, {:d}, {!r})\n".format(
-                get_field(gold, "ground_truth_code"), test_script, num_cases, token), stdin=blob,
-                timeout_s=timeout_s)
+                get_field(gold, "ground_truth_code"), test_script, num_cases, token), stdin=blob, timeout_s=timeout_s)
             return _ds_verdict(judged, _ds_report(judged, token), reveal_expected, side="judge")
         except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
             return _unjudgeable(exc)
