@@ -330,12 +330,11 @@ def _freeze():
     itself before a snapshot is then impossible, not just detectable. The flags word is found by
     value and the result verified; where that fails the snapshots still apply. Subclasses the tests
     define stay mutable (the flag is not inherited)."""
+    import ctypes
     import unittest
     import unittest.case
     import unittest.result
     import unittest.suite
-
-    import ctypes
     classes = [unittest.TestCase, unittest.TestResult, unittest.TextTestResult, unittest.TestSuite,
                unittest.suite.BaseTestSuite, unittest.TestLoader, unittest.TextTestRunner,
                unittest.FunctionTestCase, unittest.case._Outcome, unittest.SkipTest]
@@ -588,9 +587,16 @@ def _unittest(path, cfg, token, vfd):
     module.__dict__.update({"__file__": path, "sys": sys, "os": os, "environ": os.environ})
     sys.modules["__test__"] = module
 
+    me = os.getpid()
+
+    def wait():  # a forked child of the program has no courier: it ends here, silently
+        if os.getpid() != me:
+            os._exit(1)
+        return acks.get()
+
     def final(record):
         events.put(("final", record))
-        acks.get()
+        wait()
         return 1
 
     try:
@@ -601,7 +607,7 @@ def _unittest(path, cfg, token, vfd):
         record["phase"] = "load"
         return final(record)
     events.put(("loaded",))
-    code = acks.get()
+    code = wait()
     try:
         exec(code, module.__dict__)
     except BaseException as exc:  # the tests failed to load (they may call the program at import)
@@ -622,7 +628,7 @@ def _unittest(path, cfg, token, vfd):
         suite.addTests(loader.loadTestsFromTestCase(cls))
     ids = [t.id() for t in _flatten(suite)]
     events.put(("tests", ids, classes))
-    acks.get()
+    wait()
     report = io.StringIO()
     put = events.put
 
@@ -680,7 +686,7 @@ def _unittest(path, cfg, token, vfd):
     except BaseException as exc:  # e.g. KeyboardInterrupt raised by the program: the run is incomplete
         _show_error(exc)
     events.put(("done", report.getvalue()[-20000:]))
-    acks.get()
+    wait()
     return 0
 
 
@@ -732,11 +738,17 @@ def _main():
         if entry not in sys.path:
             sys.path.append(entry)
     sys.path.insert(0, workdir)
+    me = os.getpid()  # a forked child that unwinds into this code reports nothing: only the run does
+
+    def emit(record):
+        if os.getpid() == me:
+            _write_verdict(vfd, token, record)
+
     if cfg.get("mode") == "unittest":
         status = _unittest(path, cfg, token, vfd)
     else:
         sys.addaudithook(_audit_hook(path, []))
-        status = _run(path, lambda record: _write_verdict(vfd, token, record))
+        status = _run(path, emit)
     os._exit(status % 256 if isinstance(status, int) else 1)  # no atexit handler of the program runs after the verdict
 
 
