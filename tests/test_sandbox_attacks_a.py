@@ -243,3 +243,25 @@ def test_a_no_new_privs_and_no_capabilities(sandbox, no_leftovers):
     result = sandbox.run(code)
     assert result.ok, result
     assert result.output.split() == ["1", "0000000000000000", "0000000000000000"]
+
+
+def test_a_no_new_user_namespaces_and_no_vsock(sandbox, no_leftovers):
+    """A user namespace would hand the program every capability inside it (mounts, raw sockets), and
+    AF_VSOCK reaches a VM's host past any network namespace: the seccomp filter refuses both, and
+    ordinary threads, forks and sockets still work."""
+    code = (
+        "import ctypes, os, socket, threading\nout = []\n"
+        "try:\n    socket.socket(40, socket.SOCK_STREAM)\n    out.append('vsock-open')\n"
+        "except OSError as exc:\n    out.append(f'vsock-{exc.errno}')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out.append(f'userns-{libc.unshare(0x10000000)}-{ctypes.get_errno()}')\n"
+        "socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()\n"
+        "t = threading.Thread(target=out.append, args=('thread',))\nt.start()\nt.join()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n    os._exit(0)\n"
+        "out.append(f'fork-{os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}')\n"
+        "print(' '.join(out))\n"
+    )
+    result = sandbox.run(code)
+    assert result.ok, result
+    assert result.output.split() == ["vsock-97", "userns--1-1", "thread", "fork-0"]

@@ -364,6 +364,7 @@ class PythonSandbox:
                 "cpu_s": int(timeout) + 2,
                 "sys_path": list(self._interpreter.site_paths) if self._interpreter and layer != "docker" else [],
                 "uid": uid,
+                "seccomp": layer != "docker",
                 **plan.extra,
             }
             if tests is not None:
