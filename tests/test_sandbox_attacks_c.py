@@ -315,7 +315,8 @@ def test_c_the_host_never_raises_on_a_malformed_verdict_channel():
     token = "@@hero-" + "a" * 32 + "@@"
     for blob in [b"", b"\xff\xfe", token.encode() + b"{'status': 'tests', 'tests_run': 'many'}\n",
                  token.encode() + b"{'status': 'ok'}\n" + token.encode() + b"{'status': 'ok'}\n",
-                 b"@@hero-x@@{'status': 'ok'}\n", token.encode() + b"[1, 2]\n", token.encode() + b"(" * 10000 + b"\n",
+                 b"@@hero-x@@{'status': 'ok'}\n", ("@@hero-" + "c" * 32 + "@@{'status': 'ok'}\n").encode(),
+                 token.encode() + b"[1, 2]\n", token.encode() + b"(" * 10000 + b"\n",
                  token.encode() + b"{'status': 'tests', 'tests_run': 1, 'failures': 'abc', 'errors': [], "
                                   b"'skipped': 0, 'passed': 1}\n"]:
         record, problem = parse_verdict(blob, token)
@@ -414,18 +415,20 @@ def test_c_ds_tricks_score_zero(ds_metric):
             assert "other inputs than the generated cases" in verdict.feedback, verdict.feedback
 
 
-def test_c_ds_pickle_gadgets_never_run_in_the_judge(ds_metric, flag_dir):
+def test_c_ds_pickle_gadgets_never_run_in_the_judge(ds_metric):
     """The candidate's process hand-crafts its outputs blob with the right cases and a pickle whose
-    loading would call os.system; the judge's unpickler refuses it (and nothing ran anywhere)."""
-    flag = flag_dir / "gadget_ran"
+    loading would run code in the judge (read the judge's token from its own program and print a
+    perfect report); the judge's unpickler refuses it."""
+    forge = ("(lambda os, re: (os.write(1, ('\\n' + re.findall(r'@@hero-ds-[0-9a-f]+@@', open('main.py').read())[-1]"
+             " + repr({'cases': 10, 'matched': 10}) + '\\n').encode()), os._exit(0)))(__import__('os'), __import__('re'))")
     code = DS_WRONG + f"""
-import base64, pickle, zlib, os, random, sys
+import base64, pickle, zlib, os, random, hashlib
 class Gadget:
     def __reduce__(self):
-        return (os.system, ('touch {flag}',))
+        return (eval, ({forge!r},))
 random.seed(42)
 cases = [([random.randint(0, 9) for _ in range(3)],) for _ in range(10)]
-out = {{'fatal': None, 'function': 'scale', 'cases': __import__('hashlib').sha256(pickle.dumps(cases, protocol=4)).hexdigest(),
+out = {{'fatal': None, 'function': 'scale', 'cases': hashlib.sha256(pickle.dumps(cases, protocol=4)).hexdigest(),
        'results': [('value', pickle.dumps(Gadget(), protocol=4), {{}})] * 10}}
 os.write(1, ('\\n@@hero-ds-outputs@@' + repr(base64.b64encode(zlib.compress(pickle.dumps(out))).decode()) + '\\n').encode())
 os._exit(0)
@@ -433,4 +436,3 @@ os._exit(0)
     verdict = ds_metric(_ds(), dspy.Prediction(code=code))
     assert verdict.score == 0.0, verdict.feedback
     assert "matched the reference on 0 of 10" in verdict.feedback  # the cases were accepted, the outputs not
-    assert not flag.exists()
