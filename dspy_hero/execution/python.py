@@ -58,6 +58,7 @@ from pathlib import Path
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, SYNTAX, Execution, failed
 from dspy_hero.execution.sandbox_cgroups import JOIN_FAILED, CgroupSupport, RunCgroup, join_command
+from dspy_hero.execution.sandbox_seccomp import seccomp_program
 from dspy_hero.execution.sandbox_verdict import MAX_VERDICT_BYTES, TAMPERED, TESTS_FAILED, interpret
 
 __all__ = ["LAYERS", "TAMPERED", "TESTS_FAILED", "PythonSandbox", "find_bwrap", "run_uid", "sandbox_env"]
@@ -111,6 +112,34 @@ class _Plan:
     extra: dict  # boot config entries of this layer
 
 
+@dataclass
+class _Launch:
+    """A started sandbox process (blocked before the boot when it waits in a cgroup) and its parts."""
+
+    proc: subprocess.Popen
+    cgroup: RunCgroup | None
+    plan: _Plan
+    uid: int
+    layer: str
+
+
+def _discard(launch: _Launch) -> None:
+    _kill_group(launch.proc)
+    for pipe in (launch.proc.stdin, launch.proc.stdout, launch.proc.stderr):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+    if launch.cgroup is not None:
+        launch.cgroup.close()
+
+
+def _discard_all(ready: list[_Launch]) -> None:
+    while ready:
+        _discard(ready.pop())
+
+
 class PythonSandbox:
     """Runs untrusted Python code and reports an `Execution`; thread-safe, one process per run.
 
@@ -149,6 +178,9 @@ class PythonSandbox:
         self.temp_dir = temp_dir  # where the weak rlimit layer makes its per-run dirs
         self._lock = threading.Lock()
         self._parent_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._ready: list[_Launch] = []  # launchers started ahead, waiting in their cgroups
+        weakref.finalize(self, _discard_all, self._ready)
         self._layer: str | None = None
         self._isolated = False  # rlimit with namespaces
         self._interpreter: _Interpreter | None = None
@@ -156,6 +188,7 @@ class PythonSandbox:
         self._boot: str | None = None
         self._cgroups: CgroupSupport | None = None
         self._private_parent: str | None = None
+        self._seccomp = seccomp_program()  # None on an architecture it does not know
         self.probe_log: list[str] = []  # why layers were skipped, for reports
 
     # ---------------------------------------------------------------- public API
@@ -346,11 +379,12 @@ class PythonSandbox:
         try:
             for text in (source, tests or "", stdin or ""):
                 text.encode("utf-8")  # the boot writes them as UTF-8: a lone surrogate cannot be
-            uid = SANDBOX_UID if layer == "docker" else run_uid()
             if layer == "rlimit" and not self._isolated:
                 workdir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self.temp_dir or self._parent_dir())
+            launch = self._take(layer, workdir)
+            proc, cgroup, plan, uid = launch.proc, launch.cgroup, launch.plan, launch.uid
+            if workdir is not None:
                 _hand_over(workdir, uid)
-            plan = self._plan(layer, workdir, uid)
             cfg = {
                 "token": token,
                 "mode": mode,
@@ -364,26 +398,22 @@ class PythonSandbox:
                 "cpu_s": int(timeout) + 2,
                 "sys_path": list(self._interpreter.site_paths) if self._interpreter and layer != "docker" else [],
                 "uid": uid,
-                "seccomp": layer != "docker",
+                "seccomp": self._seccomp if layer == "rlimit" and self._isolated else None,
                 **plan.extra,
             }
             if tests is not None:
                 cfg["tests"] = tests
             body = repr(cfg).encode("utf-8")
-            payload = str(len(body)).encode() + b"\n" + body
-            argv = plan.argv
-            if self._cgroups is not None and layer != "docker":
-                cgroup = self._cgroups.create(TEMP_PREFIX + token.strip("@")[-16:], self.memory_mb << 20,
-                                              self.max_processes + 8)
-                argv = join_command(cgroup.procs_files, argv)
-            proc = subprocess.Popen(
-                argv, cwd=plan.cwd, env=plan.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-            )
-            feeder = threading.Thread(target=_feed, args=(proc, payload), daemon=True)
-            feeder.start()
+            payload = (b"go\n" if cgroup is not None else b"") + str(len(body)).encode() + b"\n" + body
+            feeder = None
+            if len(payload) <= _PIPE_SAFE_BYTES:  # fits the pipe buffer: the write cannot block
+                _feed(proc, payload)
+            else:  # a large run is fed while its output is read, so neither side can stall the other
+                feeder = threading.Thread(target=_feed, args=(proc, payload), daemon=True)
+                feeder.start()
             raw, verdict, timed_out, capped = self._collect(proc, start + timeout, plan, cap)
-            feeder.join(timeout=1.0)
+            if feeder is not None:
+                feeder.join(timeout=1.0)
             runtime = time.perf_counter() - start
             if cgroup is not None and proc.returncode == JOIN_FAILED and not verdict:
                 return failed(ENVIRONMENT, f"could not join the run's cgroup: {raw.decode(errors='replace')[-300:]}",
@@ -411,6 +441,62 @@ class PythonSandbox:
                 cgroup.close()
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    def _take(self, layer: str, workdir: str | None) -> _Launch:
+        """A started sandbox process for one run. Joining a cgroup costs a kernel RCU grace period
+        (10-20 ms on cgroup v1), so launchers for the strong layers are started one run ahead: each
+        sits in its fresh cgroup, blocked before its sandbox starts, until a run sends "go"."""
+        poolable = self._cgroups is not None and workdir is None and layer != "docker"
+        launch = None
+        if poolable:
+            with self._pool_lock:
+                while self._ready and launch is None:
+                    candidate = self._ready.pop()
+                    if candidate.layer == layer and candidate.proc.poll() is None:
+                        launch = candidate
+                    else:
+                        _discard(candidate)
+            threading.Thread(target=self._refill, args=(layer,), daemon=True).start()
+        return launch or self._launch(layer, workdir)
+
+    def _refill(self, layer: str) -> None:
+        try:
+            launch = self._launch(layer, None)
+        except OSError:
+            return
+        with self._pool_lock:
+            if len(self._ready) < _POOL_MAX:
+                self._ready.append(launch)
+                return
+        _discard(launch)
+
+    def _launch(self, layer: str, workdir: str | None) -> _Launch:
+        uid = SANDBOX_UID if layer == "docker" else run_uid()
+        plan = self._plan(layer, workdir, uid)
+        argv = plan.argv
+        cgroup = None
+        if self._cgroups is not None and layer != "docker":
+            cgroup = self._cgroups.create(TEMP_PREFIX + secrets.token_hex(8), self.memory_mb << 20,
+                                          self.max_processes + 8)
+            argv = join_command(cgroup.procs_files, argv, gate=True)
+        filter_fd = -1
+        if layer == "bwrap" and self._seccomp is not None:
+            filter_fd = _filter_pipe(self._seccomp)
+            argv = [a if a != _SECCOMP_FD else str(filter_fd) for a in argv]
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=plan.cwd, env=plan.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                pass_fds=(filter_fd,) if filter_fd >= 0 else (),
+            )
+        except OSError:
+            if cgroup is not None:
+                cgroup.close()
+            raise
+        finally:
+            if filter_fd >= 0:
+                os.close(filter_fd)
+        return _Launch(proc, cgroup, plan, uid, layer)
 
     def _parent_dir(self) -> str:
         """A private parent (0711, ours) for the weak rlimit layer's run dirs instead of bare /tmp:
@@ -494,7 +580,8 @@ class PythonSandbox:
         if layer == "bwrap":
             assert self._bwrap is not None
             env = sandbox_env(SANDBOX_DIR)
-            argv = bwrap_command(self._bwrap, interp, env, self.tmpfs_mb, root=root, uid=uid)
+            argv = bwrap_command(self._bwrap, interp, env, self.tmpfs_mb, root=root, uid=uid,
+                                 seccomp=self._seccomp is not None)
             return _Plan(argv + python_argv, "/", {}, SANDBOX_DIR, {})
         if self._isolated:
             env = sandbox_env(ISOLATED_DIR)
@@ -564,7 +651,7 @@ def sandbox_env(home: str) -> dict[str, str]:
 
 
 def bwrap_command(bwrap: str, interp: _Interpreter, env: dict[str, str], tmpfs_mb: int, root: bool,
-                  uid: int) -> list[str]:
+                  uid: int, seccomp: bool = False) -> list[str]:
     """The bwrap argv up to (not including) the interpreter command.
 
     Order matters: bwrap applies mounts in argument order, so the size-limited tmpfs mounts come
@@ -606,6 +693,8 @@ def bwrap_command(bwrap: str, interp: _Interpreter, env: dict[str, str], tmpfs_m
                 made.add(p)
         argv += ["--ro-bind", root_dir, root_dir]
         made.add(root_dir)
+    if seccomp:  # the filter's fd number is filled in per run (`_SECCOMP_FD`)
+        argv += ["--seccomp", _SECCOMP_FD]
     argv += ["--chdir", SANDBOX_DIR, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
@@ -641,6 +730,22 @@ def _describe_interpreter(python: str) -> _Interpreter:
             roots.append(rp)
     return _Interpreter(path=python, roots=tuple(sorted(roots)), site_paths=site_paths,
                         modules=tuple(info.get("modules", ())))
+
+
+_SECCOMP_FD = "@seccomp-fd@"
+_PIPE_SAFE_BYTES = 32 * 1024
+_POOL_MAX = 4  # launchers kept ready per sandbox (one per concurrent caller, up to this)
+
+
+def _filter_pipe(program: bytes) -> int:
+    """A pipe's read end holding the seccomp program (bwrap reads it to EOF); a few hundred bytes,
+    far below the pipe buffer, so writing never blocks."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 def _docker_client_env() -> dict[str, str]:

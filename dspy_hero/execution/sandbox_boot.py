@@ -130,49 +130,18 @@ def _drop_root(cfg):
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 
 
-def _seccomp():
-    """A seccomp filter (x86_64 and aarch64) that the program cannot lift (no_new_privs is set):
-    no new user namespaces (unshare/clone with CLONE_NEWUSER: EPERM; clone3, whose flags a filter
-    cannot read: ENOSYS, and glibc falls back to clone) and no AF_VSOCK sockets (EAFNOSUPPORT),
-    which no network namespace covers (a VM's vsock reaches its host)."""
+def _seccomp(program):
+    """Install the host-built seccomp filter (raw sock_filter bytes, see `sandbox_seccomp`); it
+    cannot be lifted once installed (no_new_privs is already set)."""
     import ctypes
-    import platform
-
-    arch = platform.machine()
-    if arch == "x86_64":
-        audit_arch, nr = 0xC000003E, {"socket": 41, "clone": 56, "unshare": 272, "clone3": 435}
-    elif arch in ("aarch64", "arm64"):
-        audit_arch, nr = 0xC00000B7, {"socket": 198, "clone": 220, "unshare": 97, "clone3": 435}
-    else:
-        return False
-    ld_w_abs, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    allow, errno = 0x7FFF0000, 0x00050000
-    eperm, enosys, eafnosupport = 1, 38, 97
-    newuser, af_vsock = 0x10000000, 40
-    prog = [
-        (ld_w_abs, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, allow),
-        (ld_w_abs, 0, 0, 0),
-        (jeq, 0, 4, nr["socket"]), (ld_w_abs, 0, 0, 16), (jeq, 0, 1, af_vsock), (ret, 0, 0, errno | eafnosupport),
-        (ret, 0, 0, allow),
-        (jeq, 1, 0, nr["clone"]), (jeq, 0, 4, nr["unshare"]),
-        (ld_w_abs, 0, 0, 16), (jset, 0, 1, newuser), (ret, 0, 0, errno | eperm),
-        (ret, 0, 0, allow),
-        (jeq, 0, 1, nr["clone3"]), (ret, 0, 0, errno | enosys),
-        (ret, 0, 0, allow),
-    ]
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
 
     class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
-    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
-    program = Prog(len(prog), filters)
+    prog = Prog(len(program) // 8, program)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "could not install the seccomp filter")
-    return True
 
 
 def _supervise(vfd):
@@ -768,7 +737,7 @@ def _main():
     _limit(cfg)
     _drop_root(cfg)
     if cfg.get("seccomp"):
-        _seccomp()
+        _seccomp(cfg["seccomp"])
     if cfg.get("new_session"):
         os.setsid()
     workdir = cfg["workdir"]

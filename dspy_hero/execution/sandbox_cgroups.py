@@ -24,14 +24,18 @@ __all__ = ["CgroupSupport", "RunCgroup", "join_command"]
 
 _ROOT = Path("/sys/fs/cgroup")
 
-# /bin/sh joins every cgroup named before "--" (writing its own pid, which exec keeps), then execs
+# /bin/sh joins every cgroup named before "--" (writing its own pid, which exec keeps), then execs;
+# gated, it first waits for one line on stdin (`read` takes exactly that line from a pipe)
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_JOIN_GATED = ('while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+               'read -r go || exit 0; exec "$@"')
 JOIN_FAILED = 125
 
 
-def join_command(procs_files: list[str], argv: list[str]) -> list[str]:
-    """`argv` wrapped so that its process is in the given cgroups before it starts."""
-    return ["/bin/sh", "-c", _JOIN, "hero-cgroup-join", *procs_files, "--", *argv]
+def join_command(procs_files: list[str], argv: list[str], gate: bool = False) -> list[str]:
+    """`argv` wrapped so that its process is in the given cgroups before it starts (and, with
+    `gate`, starts only once a line arrives on its stdin)."""
+    return ["/bin/sh", "-c", _JOIN_GATED if gate else _JOIN, "hero-cgroup-join", *procs_files, "--", *argv]
 
 
 def _own_path(controller: str | None) -> str | None:
