@@ -93,6 +93,28 @@ def test_b_a_weaker_layer_only_by_name_and_with_a_warning(tmp_path, caplog):
     assert sb.layer == "rlimit" and sb.isolates_processes
 
 
+def test_b_the_weak_rlimit_layer_by_name_warns_and_still_keeps_runs_apart(tmp_path):
+    """Root without `unshare`: auto refuses (tested above); layer='rlimit' by name runs with a warning,
+    a uid per run and a private run dir, and an explicitly chosen interpreter that lacks the host's
+    packages is named in a warning (it was asked for by name)."""
+    if os.getuid() != 0 or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root and /usr/bin/python3")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink("/bin/sh", bin_dir / "sh")
+    code = ("import logging\nlogging.basicConfig(level=logging.WARNING)\n"
+            "from dspy_hero.execution.python import PythonSandbox\n"
+            "sb = PythonSandbox(layer='rlimit', python='/usr/bin/python3', timeout_s=20)\n"
+            "print('LAYER', sb.layer, sb.isolates_processes)\n"
+            "a = sb.run('import os\\nprint(os.getuid(), oct(os.stat(\".\").st_mode & 0o777))')\n"
+            "b = sb.run('import os\\nprint(os.getuid())')\n"
+            "print('RUNS', a.ok, b.ok, a.output.split()[0] != b.output.split()[0], a.output.split()[1])\n")
+    out = _in_subprocess(code, {"PATH": str(bin_dir)})
+    assert "LAYER rlimit False" in out.stdout, out.stdout + out.stderr
+    assert "RUNS True True True 0o700" in out.stdout, out.stdout + out.stderr
+    assert "weak rlimit layer" in out.stderr and "lacks" in out.stderr
+
+
 def test_b_sandbox_interpreter_missing_host_packages_is_an_environment_error(tmp_path):
     """A host interpreter whose site-packages the sandbox cannot read (mode 0700, owned by root):
     every run fails with an EnvironmentError naming the package, not a silent score of 0."""

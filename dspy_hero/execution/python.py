@@ -315,7 +315,11 @@ class PythonSandbox:
 
     def _describe(self) -> str | None:
         try:
-            self._interpreter = self._interpreter or _describe_interpreter(self.python or sys.executable)
+            if self._interpreter is None:
+                self._interpreter = _describe_interpreter(self.python or sys.executable)
+                if self.python and os.path.realpath(self.python) != os.path.realpath(sys.executable):
+                    self._warn_missing(set(_describe_interpreter(sys.executable).modules)
+                                       - set(self._interpreter.modules), self.python)
         except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             return f"interpreter unusable: {exc}"
         if self._cgroups is None:
@@ -324,6 +328,12 @@ class PythonSandbox:
                 self.probe_log.append("cgroups: none writable here; memory and processes are bounded per "
                                       "process (RLIMIT_AS x RLIMIT_NPROC) and by the tmpfs sizes")
         return None
+
+    def _warn_missing(self, missing: set[str], python: str) -> None:
+        if missing:
+            log.warning("python sandbox: python=%s lacks %d package(s) of the host interpreter (%s); programs "
+                        "using them will fail", python, len(missing), ", ".join(sorted(missing)[:8]))
+            self.probe_log.append(f"python={python} lacks host packages: {', '.join(sorted(missing)[:8])}")
 
     def _probe_run(self, layer: str) -> str | None:
         """Run a program that needs a late import and lists the site-packages it can see: every
