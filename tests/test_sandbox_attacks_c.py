@@ -151,6 +151,25 @@ def _build(func, name, *bases, **kw):
     return cls
 builtins.__build_class__ = _build
 """
+ALWAYS_EQUAL = """
+class _Anything:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+def add(a, b):
+    return _Anything()
+"""
+FAKE_INSTANCE = """
+class _Liar:
+    @property
+    def __class__(self):
+        return int
+    def __eq__(self, other):
+        return True
+def add(a, b):
+    return _Liar()
+"""
 REPLACE_TEST_METHODS_AT_CALL = """
 def add(a, b):
     cls = globals()['TestCases']
@@ -170,6 +189,8 @@ def add(a, b):
     ("a fake unittest module in sys.modules", FAKE_UNITTEST_MODULE),
     ("builtins.__build_class__ hook", BUILD_CLASS_HOOK),
     ("test methods replaced during the run", REPLACE_TEST_METHODS_AT_CALL),
+    ("an always-equal object returned", ALWAYS_EQUAL),
+    ("an object lying about its class", FAKE_INSTANCE),
 ])
 def test_c_tampering_with_the_unittest_machinery_is_stopped(sandbox, name, code):
     """Either impossible (unittest's classes are immutable: the patch raises TypeError while the
@@ -178,6 +199,17 @@ def test_c_tampering_with_the_unittest_machinery_is_stopped(sandbox, name, code)
     assert not result.ok, (name, result)
     frozen = result.error_type == "RuntimeError" and "immutable type" in result.error_message
     assert frozen or result.error_type == TAMPERED, (name, result)
+
+
+def test_c_program_objects_compared_with_each_other_still_pass(sandbox):
+    """A dataclass of the program, compared with one the tests build through the program: legit."""
+    code = ("from dataclasses import dataclass\n@dataclass\nclass Pair:\n    a: int\n    b: int\n"
+            "def make(a, b):\n    return Pair(a, b)\n")
+    tests = ("import unittest\nclass TestCases(unittest.TestCase):\n"
+             "    def test_pair(self):\n        self.assertEqual(make(1, 2), Pair(1, 2))\n"
+             "        self.assertIsInstance(make(1, 2), Pair)\n")
+    result = sandbox.run_unittest(code, tests)
+    assert result.ok, result
 
 
 def test_c_a_patch_that_restores_itself_before_any_snapshot_cannot_be_made(sandbox):

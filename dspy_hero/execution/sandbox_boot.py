@@ -372,6 +372,39 @@ def _freeze():
     return False
 
 
+def _guard_comparisons(main_file, flags):
+    """Wrap TestCase's comparing assertions (before the snapshot, so the wrappers are the baseline):
+    an operand whose ``__eq__``/``__ne__`` (or ``__class__``, for assertIsInstance) is Python code
+    of the program, compared with one that is not the program's, is the "always equal" forgery, not
+    an answer; the run is marked tampered. Two program objects (a dataclass the tests build through
+    the program) compare as usual."""
+    import unittest
+
+    def forged(value, dunders):
+        for name in dunders:
+            attr = getattr(type(value), name, None)
+            code = getattr(attr, "__code__", None) or getattr(getattr(attr, "fget", None), "__code__", None)
+            if code is not None and code.co_filename == main_file:
+                return True
+        return False
+
+    def wrap(method, dunders, pair=True):
+        def guarded(self, first, second, *args, **kwargs):
+            a, b = forged(first, dunders), forged(second, dunders)
+            if (a != b) if pair else a:
+                flags.append(f"{method.__name__} compared an object whose {'/'.join(dunders)} the program defines")
+            return method(self, first, second, *args, **kwargs)
+
+        guarded.__name__, guarded.__doc__ = method.__name__, method.__doc__
+        return guarded
+
+    case = unittest.TestCase
+    for name in ("assertEqual", "assertNotEqual", "assertAlmostEqual", "assertNotAlmostEqual",
+                 "assertListEqual", "assertTupleEqual", "assertDictEqual", "assertSetEqual", "assertCountEqual"):
+        setattr(case, name, wrap(getattr(case, name), ("__eq__", "__ne__")))
+    case.assertIsInstance = wrap(case.assertIsInstance, ("__class__",), pair=False)
+
+
 def _start_guard(main_file, token, vfd, test_source):
     """Start the courier thread and install the audit hook; return (events, acks, flags).
 
@@ -383,6 +416,7 @@ def _start_guard(main_file, token, vfd, test_source):
     events, acks, flags = queue.SimpleQueue(), queue.SimpleQueue(), []
     skips, xfails = _declared(test_source)
     code = compile(test_source, _TESTS_FILE, "exec")  # compiled now, run after the program
+    _guard_comparisons(main_file, flags)
 
     def courier(token, vfd, code, skips, xfails):
         base = _machinery()
