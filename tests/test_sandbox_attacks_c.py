@@ -201,6 +201,20 @@ def test_c_tampering_with_the_unittest_machinery_is_stopped(sandbox, name, code)
     assert frozen or result.error_type == TAMPERED, (name, result)
 
 
+def test_c_inspecting_functions_the_tests_pass_in_is_not_tampering(sandbox):
+    """BigCodeBench/568-style: the task inspects functions the tests define and pass to it."""
+    code = "import inspect\ndef arity(f):\n    return len(inspect.getfullargspec(f).args)\n"
+    tests = ("import unittest\nclass TestCases(unittest.TestCase):\n"
+             "    def test_arity(self):\n        def g(x, y):\n            pass\n"
+             "        self.assertEqual(arity(g), 2)\n        self.assertEqual(arity(lambda: 0), 0)\n")
+    result = sandbox.run_unittest(code, tests)
+    assert result.ok, result
+
+
+def test_c_formatting_a_traceback_is_not_tampering(sandbox):
+    assert sandbox.run_unittest(TRACEBACK_FORMATTING_IS_FINE, TESTS).ok
+
+
 def test_c_program_objects_compared_with_each_other_still_pass(sandbox):
     """A dataclass of the program, compared with one the tests build through the program: legit."""
     code = ("from dataclasses import dataclass\n@dataclass\nclass Pair:\n    a: int\n    b: int\n"
@@ -301,6 +315,28 @@ def add(a, b):
     caller = inspect.currentframe().f_back
     return caller.f_locals.get('expected', a - b + 1000)
 """
+READ_EXPECTED_VIA_WALK_TB = """
+import traceback
+def add(a, b):
+    try:
+        raise ValueError
+    except ValueError as exc:
+        frame = next(traceback.walk_tb(exc.__traceback__))[0].f_back
+    while frame is not None:
+        if 'expected' in frame.f_locals:
+            return frame.f_locals['expected']
+        frame = frame.f_back
+    return a - b + 1000
+"""
+TRACEBACK_FORMATTING_IS_FINE = """
+import traceback
+def add(a, b):
+    try:
+        raise ValueError('x')
+    except ValueError:
+        assert 'ValueError' in traceback.format_exc()
+    return a + b
+"""
 READ_TEST_CODE_OBJECT = """
 def add(a, b):
     cls = globals()['TestCases']
@@ -324,6 +360,7 @@ def add(a, b):
     ("expected values read from the caller's frame", READ_EXPECTED_FROM_CALLER, TAMPERED),
     ("expected values read through inspect.currentframe", READ_EXPECTED_VIA_INSPECT, TAMPERED),
     ("expected values read from the test method's code object", READ_TEST_CODE_OBJECT, TAMPERED),
+    ("expected values read through traceback.walk_tb and f_back", READ_EXPECTED_VIA_WALK_TB, TAMPERED),
     ("process memory read through /proc/self/mem", PROC_MEM, TAMPERED),
 ])
 def test_c_forged_verdicts_and_stolen_expectations_score_zero(sandbox, name, code, kind):

@@ -552,10 +552,15 @@ def _audit_hook(main_file, flags):
         raise RuntimeError(f"sandbox: {what} is not allowed here")
 
     def caller_is_program(depth=3):
+        """Whether the code asking is the program's, looking through inspect and through the
+        traceback helpers that hand frame objects to their caller (walk_tb, walk_stack)."""
         frame = sys._getframe(depth)
         while frame is not None:
-            name = frame.f_code.co_filename
-            if not name.endswith(("inspect.py", _BOOT_FILE)):
+            code = frame.f_code
+            name = code.co_filename
+            passthrough = name.endswith(("inspect.py", _BOOT_FILE)) or (
+                name.endswith("traceback.py") and code.co_name in ("walk_tb", "walk_stack"))
+            if not passthrough:
                 return name == main_file
             frame = frame.f_back
         return False
@@ -575,9 +580,15 @@ def _audit_hook(main_file, flags):
         if attr in frame_attrs:
             return f"reading .{attr}" if caller_is_program() else None
         if attr in code_attrs:
-            code = getattr(args[0], "__code__", None)
-            if code is not None and code.co_filename in harness_files and program_on_stack():
-                return f"reading .{attr} of a test or harness function"
+            # a test method's code holds its expected values; functions the tests hand to the
+            # program as inputs (defined inside a test, or at the tests' module level) are its data
+            target = args[0]
+            code = getattr(target, "__code__", None)
+            qualname = getattr(target, "__qualname__", "") or ""
+            method = "." in qualname and "<locals>" not in qualname
+            if code is not None and code.co_filename in harness_files and (
+                    method or attr == "__closure__" or code.co_filename == _BOOT_FILE) and program_on_stack():
+                return f"reading .{attr} of a test method or of the harness"
         return None
 
     def hook(event, args):
