@@ -306,3 +306,10 @@ def test_docker_payload_boot_path_runs_without_docker():
         assert not os.path.exists(os.path.join(workdir, "tests.py"))  # the tests never touch the disk
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_hash_seed_fixes_set_order_across_runs(sandbox):
+    code = "print(list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'}))"
+    seeded = {sandbox.run(code, hash_seed=1234).output for _ in range(3)}
+    assert len(seeded) == 1 and "alpha" in seeded.pop()
+    assert sandbox.run("import sys\nprint('' in sys.path, '.' in sys.path)", hash_seed=7).output.split() == ["False", "False"]

@@ -74,7 +74,7 @@ SANDBOX_DIR = "/sandbox"  # the work dir as the program sees it under docker and
 ISOLATED_DIR = "/tmp/sandbox"  # ... and under rlimit with namespaces
 _BOOT_SOURCE_PATH = Path(__file__).with_name("sandbox_boot.py")
 # `python -c` runs this, which compiles the boot source (the next argument) under its own filename
-BOOT_LAUNCHER = "import sys; exec(compile(sys.argv[1], '<hero-boot>', 'exec'))"
+BOOT_LAUNCHER = "import sys; sys.path[:] = [p for p in sys.path if p]; exec(compile(sys.argv[1], '<hero-boot>', 'exec'))"
 _SITE_MODULES = (  # the probe's second half: which site-packages modules the sandbox can see
     "import json, pkgutil\n"
     "print(json.dumps(sorted({{m.name for m in pkgutil.iter_modules({paths!r})}})))\n"
@@ -213,12 +213,14 @@ class PythonSandbox:
         return self._cgroups is not None or self._layer == "docker"
 
     def run(self, code: str, stdin: str | None = None, timeout_s: float | None = None,
-            max_output_bytes: int | None = None) -> Execution:
+            max_output_bytes: int | None = None, hash_seed: int | None = None) -> Execution:
         """Run `code` as a script; output is stdout and stderr together, capped (at
-        `max_output_bytes` for this run when given, else the instance's cap)."""
+        `max_output_bytes` for this run when given, else the instance's cap). `hash_seed` fixes
+        str/bytes hashing (PYTHONHASHSEED), so that two runs iterate sets in the same order."""
         if not isinstance(code, str) or not code.strip():
             return failed(EMPTY_PROGRAM, "the program is empty")
-        return self._execute(code, None, mode="run", stdin=stdin, timeout_s=timeout_s, cap=max_output_bytes)
+        return self._execute(code, None, mode="run", stdin=stdin, timeout_s=timeout_s, cap=max_output_bytes,
+                             hash_seed=hash_seed)
 
     def run_unittest(self, code: str, test_code: str, timeout_s: float | None = None) -> Execution:
         """Run `code`, then `test_code` in the same module (BigCodeBench's ``code + "\\n" + tests``),
@@ -368,16 +370,16 @@ class PythonSandbox:
     # ---------------------------------------------------------------- running
 
     def _execute(self, source: str, tests: str | None, mode: str, stdin: str | None,
-                 timeout_s: float | None, cap: int | None = None) -> Execution:
+                 timeout_s: float | None, cap: int | None = None, hash_seed: int | None = None) -> Execution:
         try:
             self._ensure_layer()
         except (RuntimeError, OSError) as exc:
             return failed(ENVIRONMENT, str(exc))
         assert self._layer is not None
-        return self._execute_on(self._layer, source, tests, mode, stdin, timeout_s, cap)
+        return self._execute_on(self._layer, source, tests, mode, stdin, timeout_s, cap, hash_seed)
 
     def _execute_on(self, layer: str, source: str, tests: str | None, mode: str, stdin: str | None,
-                    timeout_s: float | None, cap: int | None = None) -> Execution:
+                    timeout_s: float | None, cap: int | None = None, hash_seed: int | None = None) -> Execution:
         timeout = float(timeout_s) if timeout_s is not None else self.timeout_s
         cap = int(cap) if cap is not None and cap > 0 else self.max_output_bytes
         token = "@@hero-" + secrets.token_hex(16) + "@@"
@@ -391,7 +393,7 @@ class PythonSandbox:
                 text.encode("utf-8")  # the boot writes them as UTF-8: a lone surrogate cannot be
             if layer == "rlimit" and not self._isolated:
                 workdir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=self.temp_dir or self._parent_dir())
-            launch = self._take(layer, workdir)
+            launch = self._take(layer, workdir, hash_seed)
             proc, cgroup, plan, uid = launch.proc, launch.cgroup, launch.plan, launch.uid
             if workdir is not None:
                 _hand_over(workdir, uid)
@@ -452,11 +454,11 @@ class PythonSandbox:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
 
-    def _take(self, layer: str, workdir: str | None) -> _Launch:
+    def _take(self, layer: str, workdir: str | None, hash_seed: int | None = None) -> _Launch:
         """A started sandbox process for one run. Joining a cgroup costs a kernel RCU grace period
         (10-20 ms on cgroup v1), so launchers for the strong layers are started one run ahead: each
         sits in its fresh cgroup, blocked before its sandbox starts, until a run sends "go"."""
-        poolable = self._cgroups is not None and workdir is None and layer != "docker"
+        poolable = self._cgroups is not None and workdir is None and layer != "docker" and hash_seed is None
         launch = None
         if poolable:
             with self._pool_lock:
@@ -467,7 +469,7 @@ class PythonSandbox:
                     else:
                         _discard(candidate)
             threading.Thread(target=self._refill, args=(layer,), daemon=True).start()
-        return launch or self._launch(layer, workdir)
+        return launch or self._launch(layer, workdir, hash_seed)
 
     def _refill(self, layer: str) -> None:
         try:
@@ -480,9 +482,9 @@ class PythonSandbox:
                 return
         _discard(launch)
 
-    def _launch(self, layer: str, workdir: str | None) -> _Launch:
+    def _launch(self, layer: str, workdir: str | None, hash_seed: int | None = None) -> _Launch:
         uid = SANDBOX_UID if layer == "docker" else run_uid()
-        plan = self._plan(layer, workdir, uid)
+        plan = self._plan(layer, workdir, uid, hash_seed)
         argv = plan.argv
         cgroup = None
         if self._cgroups is not None and layer != "docker":
@@ -579,29 +581,33 @@ class PythonSandbox:
 
     # ---------------------------------------------------------------- command construction
 
-    def _plan(self, layer: str, workdir: str | None, uid: int) -> _Plan:
+    def _plan(self, layer: str, workdir: str | None, uid: int, hash_seed: int | None = None) -> _Plan:
         assert self._boot is not None
         if layer == "docker":
             return _Plan(self.docker_command(), None, _docker_client_env(), SANDBOX_DIR, {})
         interp = self._interpreter
         assert interp is not None
-        python_argv = [interp.path, "-I", "-S", "-c", BOOT_LAUNCHER, self._boot]
+        # -I ignores PYTHON* variables; the environment is ours entirely anyway, so a run that needs a
+        # fixed hash seed drops to -s -S (the launcher still removes the cwd entry from sys.path)
+        flags = ["-I", "-S"] if hash_seed is None else ["-s", "-S"]
+        python_argv = [interp.path, *flags, "-c", BOOT_LAUNCHER, self._boot]
+        seed = {} if hash_seed is None else {"PYTHONHASHSEED": str(int(hash_seed) % (2**32))}
         root = os.getuid() == 0
         if layer == "bwrap":
             assert self._bwrap is not None
-            env = sandbox_env(SANDBOX_DIR)
+            env = {**sandbox_env(SANDBOX_DIR), **seed}
             argv = bwrap_command(self._bwrap, interp, env, self.tmpfs_mb, root=root, uid=uid,
                                  seccomp=self._seccomp is not None)
             return _Plan(argv + python_argv, "/", {}, SANDBOX_DIR, {})
         if self._isolated:
-            env = sandbox_env(ISOLATED_DIR)
+            env = {**sandbox_env(ISOLATED_DIR), **seed}
             argv = [self._unshare, "--mount", "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
                     "--mount-proc", "--propagation", "private", "--"]
             extra = {"isolate": True, "supervise": True, "new_session": True, "no_new_privs": True,
                      "bind_roots": list(interp.roots), "tmpfs_bytes": self.tmpfs_mb << 20}
             return _Plan(argv + python_argv, "/", env, ISOLATED_DIR, extra)
         assert workdir is not None
-        env = sandbox_env(workdir)
+        env = {**sandbox_env(workdir), **seed}
         env["HERO_SANDBOX_TOKEN"] = secrets.token_hex(12)
         return _Plan(python_argv, workdir, env, workdir, {"supervise": True, "no_new_privs": True})
 

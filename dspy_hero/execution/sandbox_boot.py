@@ -18,13 +18,19 @@ A verdict is one line ``token + literal`` where the token is per run; the host a
 well-formed line and treats anything else on that channel as tampering.
 
 Unit tests (``unittest`` mode) run in the program's process, as BigCodeBench does, so the harness
-guards itself (`_Guard`): the test source never touches the disk and is compiled before the program
-runs; a courier thread, which the program's stack cannot reach, holds the token, a snapshot of the
-unittest machinery (checked after the program loads, after the tests load and after they ran), and
-the authoritative per-test outcome log; an audit hook denies the introspection that would reach the
-harness (``gc`` object walks, other threads' frames, tracing, frames requested directly by the
-program, reading process memory through ``/proc``) and marks the run as tampered. Skips, expected
-failures and unexpected successes count as failures unless the test source itself declares them.
+guards itself: the test source never touches the disk and is compiled before the program runs;
+unittest's own classes are made immutable (`_freeze`), so no assertion, result method or
+``__init_subclass__`` can be patched, even briefly; comparing assertions refuse operands whose
+``__eq__`` is the program's against ones that are not (`_guard_comparisons`); a courier thread,
+which the program's stack cannot reach, holds the token, a snapshot of the unittest machinery and
+builtins (checked after the program loads, after the tests load and after they ran) and the
+authoritative per-test outcome log; an audit hook denies the introspection that would reach the
+harness (``gc`` object walks, other threads' frames, tracing, frames requested by the program,
+test methods' code, process memory through ``/proc``, raw-address ctypes reads) and marks the run as
+tampered. Skips, expected failures and unexpected successes count as failures unless the test
+source itself declares them. Known limits: a program that writes process memory through ctypes
+calls the audit hook does not see (``ctypes.memmove``) could still defeat an in-process harness;
+DSCodeBench therefore keeps the ground truth and the comparison out of the candidate's process.
 """
 
 # Running untrusted code with exec and turning every exception into a report is this file's job.

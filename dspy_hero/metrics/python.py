@@ -149,14 +149,16 @@ def ds_outputs_metric(
                 return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
             test_script = get_field(gold, "test_script")
             marker = "@@hero-ds-outputs@@"
+            seed = secrets.randbelow(2**32)  # both processes hash alike: sets iterate in the same order
             run = sb.run(driver + f"\ncandidate_main({code!r}, {test_script!r}, {num_cases:d}, {marker!r})\n",
-                         timeout_s=timeout_s, max_output_bytes=_DS_OUTPUT_BYTES)
+                         timeout_s=timeout_s, max_output_bytes=_DS_OUTPUT_BYTES, hash_seed=seed)
             blob = _last_payload(run.output or "", marker)
             if blob is None or run.truncated:
                 return _ds_verdict(run, None, reveal_expected, side="program")
             token = "@@hero-ds-" + secrets.token_hex(12) + "@@"
             judged = sb.run(driver + "\njudge_main({!r}, {!r}, {:d}, {!r})\n".format(
-                get_field(gold, "ground_truth_code"), test_script, num_cases, token), stdin=blob, timeout_s=timeout_s)
+                get_field(gold, "ground_truth_code"), test_script, num_cases, token), stdin=blob, timeout_s=timeout_s,
+                hash_seed=seed)
             return _ds_verdict(judged, _ds_report(judged, token), reveal_expected, side="judge")
         except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
             return _unjudgeable(exc)
