@@ -18,10 +18,10 @@ from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.reflection_cases import clean_rule, reads_as_instruction
 
 RULES = [
-    "Amounts may be stored as integers in minor units (cents, fils): check sample values and convert to the "
-    "currency unit the question asks for.",
-    "Rows whose deletion timestamp (deleted_at, removed_at, ...) is set no longer exist: exclude them wherever "
-    "the table is read.",
+    ("Amounts may be stored as integers in minor units (cents, fils): check sample values and convert to the "
+     "currency unit the question asks for."),
+    ("Rows whose deletion timestamp (deleted_at, removed_at, ...) is set no longer exist: exclude them wherever "
+     "the table is read."),
     "Yes/no columns may hold text such as 'Y'/'N' or 'true'/'false'; check sample values before filtering on them.",
     "Dates may be stored as text in a local format - compare them by year, month and day with substr.",
     "Status columns hold codes, so match the stored code of the word in the question.",

@@ -426,6 +426,7 @@ def _report(out: Path):
     if summary["rows"]:
         print_rows(summary["rows"], f"HERO on {task}" if task else "HERO")
     if hero:
+        print_adopted_rules(hero)
         console.print(f"HERO-O: {len(hero.get('rounds', []))} rounds, final prompt {hero.get('final_entry_id')}, "
                       f"{hero.get('total_metric_calls')} rollouts, fix:break of adopted prompts "
                       f"{hero.get('adopted_fixes')}:{hero.get('adopted_breaks')}")
