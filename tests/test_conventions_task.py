@@ -252,6 +252,20 @@ def demo_task(cache):
     task.close()
 
 
+def test_demo_subset_favours_single_convention_questions_over_every_database(demo_task, cache):
+    train, test = demo_task.train, demo_task.test
+    assert len(train) == ct.DEMO_TRAIN_SIZE and len(test) == ct.DEMO_TEST_SIZE >= 20
+    assert set(Counter(ex.db_id for ex in train).values()) == {ct.DEMO_TRAIN_SIZE // 7}
+    assert len({ex.db_id for ex in test[:5]}) == 5  # interleaved: any --test-limit prefix covers every database
+    singles = sum(len(ex.conventions) == 1 for ex in train)
+    assert singles >= 0.5 * len(train) and any(len(ex.conventions) > 1 for ex in train)
+    plain = ct.conventions_demo_task(directory=cache, single_share=0.0)
+    try:
+        assert sum(len(ex.conventions) == 1 for ex in plain.train) < singles - 20
+    finally:
+        plain.close()
+
+
 def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_task):
     import dspy
 

@@ -37,8 +37,9 @@ parameters) afresh, so several seeds give several draws of the same design. At s
     (`benchmarks/conventions_stats.py`, which also reports seeds 1 and 2).
 
 The demo (``builtin-conventions-demo``, `conventions_demo_task`): 112 optimization and 20 evaluation
-questions of the same split, balanced over databases and chosen by `demo_subset` so that about three
-quarters hinge on a single convention kind (the rest: multi-convention questions and controls).
+questions of the same split, balanced over databases and chosen by `demo_subset` so that up to three
+quarters of each database's share hinge on a single convention kind (82 of the 132 at seed 0, as some
+databases have fewer such questions; the rest: multi-convention questions and controls).
 Why: a demo-sized run can adopt a rule only if the rule alone fixes enough update pairs to pass the
 sound paired test; on the full mix, where a missed second convention still makes the answer wrong,
 one right rule fixes too few. The full task is unchanged.
