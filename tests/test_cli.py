@@ -1,5 +1,6 @@
-"""The `hero` command, end to end on the built-in SQL task with the scripted simulation (real SQLite,
-real HERO-O / HERO-T loops, scripted LMs), plus the clear one-line errors a user can cause."""
+"""The `hero demo` end to end on the conventions task with its scripted simulation (real SQLite, real
+HERO-O / HERO-T loops, scripted LMs) at the demo's own default budget, the other commands on the
+built-in SQL task, plus the clear one-line errors a user can cause."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dspy_hero.cli.app import app
+from dspy_hero.cli.app import DEMO_MAX_METRIC_CALLS, DEMO_TEST_LIMIT, app
 
 runner = CliRunner()
 
@@ -20,38 +21,68 @@ def said(result) -> str:
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
+    """`hero demo --lm simulated` with every other option at its default (the budget the real demo uses)."""
     out = tmp_path_factory.mktemp("demo")
-    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
-                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
 
 
-def test_demo_writes_a_complete_report(demo_dir):
+def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its_held_out_counts(demo_dir):
+    from dspy_hero.bench.conventions_world import CONVENTION_SKILLS
+
     out, output = demo_dir
     for name in ("results.json", "report.md", "accuracy.png", "fix_to_break.png", "hero_o_program.json",
                  "hero_o_result.json", "eval_seed.json", "eval_hero_o.json", "eval_hero_o_hero_t.json"):
         assert (out / name).exists(), name
     data = json.loads((out / "results.json").read_text())
+    assert data["notes"][0].startswith("task: builtin-conventions-demo;")
     rows = {r["method"]: r for r in data["rows"]}
     assert set(rows) == {"seed prompt", "HERO-O", "HERO-O + HERO-T"}
-    assert all(r["n"] == 20 for r in rows.values())
+    assert DEMO_TEST_LIMIT >= 20 and all(r["n"] == DEMO_TEST_LIMIT for r in rows.values())
     hero = data["hero_o"]
-    assert hero["total_metric_calls"] + hero["preflight_metric_calls"] <= 300
-    # In the simulation the seed prompt lacks every rule, so HERO-O can only gain by adopting some.
-    assert rows["HERO-O"]["pass_at_1"] >= rows["seed prompt"]["pass_at_1"]
-    assert hero["adopted_fixes"] >= hero["adopted_breaks"]
+    assert hero["budget"] == DEMO_MAX_METRIC_CALLS
+    assert hero["total_metric_calls"] + hero["preflight_metric_calls"] <= DEMO_MAX_METRIC_CALLS
+    # the simulated seed prompt has no convention rule; at the default budget one rule passes the sound test
+    assert hero["lineage"], "the simulated demo adopted nothing at its default budget"
+    adopted = [c for r in hero["rounds"] for c in r["candidates"] if c["status"] == "adopted"]
+    rules = {s.rule for s in CONVENTION_SKILLS}
+    assert adopted and all(c["edit"][len("ADD: "):] in rules for c in adopted)
+    assert rows["HERO-O"]["pass_at_1"] > rows["seed prompt"]["pass_at_1"]
+    # the table's fixes:breaks vs seed are the paired counts of the evaluation files
+    seed, tuned = (json.loads((out / f"eval_{n}.json").read_text())["outcomes"] for n in ("seed", "hero_o"))
+    fixes = sum(t["score"] > s["score"] for s, t in zip(seed, tuned))
+    breaks = sum(t["score"] < s["score"] for s, t in zip(seed, tuned))
+    assert rows["HERO-O"]["vs_seed"] == f"{fixes}:{breaks}" and fixes > breaks and rows["seed prompt"]["vs_seed"] is None
+    # every adopted rule is printed with its in-sample and held-out counts, in the terminal and in report.md
+    text, md = said(type("R", (), {"output": output})), (out / "report.md").read_text()
+    assert "HERO-O's adopted rules" in text and "## HERO-O's adopted rules" in md
+    for row, cand in zip(hero["lineage"], adopted):
+        held, ins = row["held_out"], row["in_sample"]
+        cells = f"{ins['fixes']}:{ins['breaks']} of {ins['n']} | {held['fixes']}:{held['breaks']} of {held['n']}"
+        assert f"| {row['round']} | {cand['edit']} | {cells} |" in md
+        assert f"{held['fixes']}:{held['breaks']} of {held['n']}" in text and cand["edit"][:20] in text
+    for stage in ("stage 1/4 seed prompt", "stage 2/4 HERO-O: optimizing", "stage 3/4 HERO-O", "stage 4/4 HERO-O + HERO-T"):
+        assert stage in text, stage
     assert not [n for n in data["notes"] if "raised" in n], data["notes"]  # HERO-T reached its environments
-    assert "HERO-O" in output and "pass@1" in output
+
+
+def test_demo_can_run_another_task(tmp_path):
+    out = tmp_path / "sql"
+    result = runner.invoke(app, ["demo", "--task", "builtin-sql", "--lm", "simulated", "--out", str(out),
+                                 "--max-metric-calls", "40", "--test-limit", "4"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["notes"][0].startswith("task: builtin-sql;") and all(r["n"] == 4 for r in data["rows"])
 
 
 def test_demo_resumes_without_redoing_finished_stages(demo_dir):
     out, _ = demo_dir
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")}
-    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
-                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")} == before
+    assert "already evaluated" in said(result) and "already optimized" in said(result)
 
 
 def test_report_rerenders(demo_dir):

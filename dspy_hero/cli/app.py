@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -24,7 +25,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HERO for DSPy: optimize and refine program generation.")
 console = Console()
 
-DEMO_TASK = "builtin-sql"
+DEMO_TASK = "builtin-conventions-demo"
 
 
 class UserError(Exception):
@@ -38,10 +39,14 @@ def resolve_lms(spec: str, reflection_spec: Optional[str], task) -> tuple[Any, A
     an LM whose SQL is right only when the instructions carry the needed rule, and a reflector that
     proposes such rules (and a tempting harmful one) — it exercises HERO's mechanics, not a model."""
     if spec == "simulated":
+        from dspy_hero.bench.conventions_world import conventions_simulated_lms
         from dspy_hero.bench.simulate import simulated_lms
 
+        # the conventions task has its own world: its task LM ignores the conventions it has no rule for
+        make = conventions_simulated_lms if task.name.startswith("builtin-conventions") else \
+            (lambda examples: simulated_lms(examples, language=task.language))
         try:
-            task_lm, reflection, _ = simulated_lms(task.train + task.test, language=task.language)
+            task_lm, reflection, _ = make(task.train + task.test)
         except (KeyError, ValueError) as exc:
             raise UserError(f"--lm simulated cannot simulate task {task.name!r}: {exc}") from exc
         return task_lm, reflection
@@ -181,12 +186,14 @@ def progress_bars():
 
 def print_rows(rows, title: str) -> None:
     table = Table(title=title)
-    for col in ("method", "pass@1", "n", "rollouts", "fix:break", "LM calls", "tokens", "wall (s)"):
+    for col in ("method", "pass@1", "n", "fixes:breaks vs seed", "rollouts", "in-sample fix:break", "LM calls",
+                "tokens", "wall (s)"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
         ftb = r.fix_break or "—"
-        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), "—" if r.rollouts is None else str(r.rollouts),
-                      ftb, str(r.lm_calls), str(r.tokens), f"{r.wall_s:.1f}")
+        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), r.vs_seed or "—",
+                      "—" if r.rollouts is None else str(r.rollouts), ftb, str(r.lm_calls), str(r.tokens),
+                      f"{r.wall_s:.1f}")
     console.print(table)
 
 
@@ -208,31 +215,48 @@ def _run(fn, *args, **kwargs) -> Any:
 
 # -- commands -------------------------------------------------------------------------------------
 
+# The demo's defaults, sized for the local 1.5B model on an idle 2-core laptop (<= 8 minutes at ~3 s
+# a rollout, i.e. ~160 rollouts of wall time, of which ~40 are kept for starting the model and the
+# reflection calls): HERO-O's 60 rollouts (one preflight, a small diagnosis batch, one candidate's
+# paired test on ~20 update pairs, the selection pool) + 3 x 20 held-out evaluations = ~120.
+# One round with one candidate: the sound test's level is acceptance_alpha / (T * K), so every extra
+# round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
+DEMO_MAX_METRIC_CALLS = 60
+DEMO_ROUNDS = 1
+DEMO_CANDIDATES = 1
+DEMO_TEST_LIMIT = 20
+DEMO_OPTIMIZER_ARGS = {"num_failing_cases": 6, "num_passing_cases": 2}  # an 8-case diagnosis batch
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("hero_runs/demo"), help="Run directory (re-run to resume)."),
+    task: str = typer.Option(DEMO_TASK, help="Registered task to demo (see `hero tasks`), e.g. builtin-sql."),
     lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b', 'simulated' or a litellm model string."),
     reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
-    max_metric_calls: int = typer.Option(30, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
-    rounds: int = typer.Option(2, help="HERO-O rounds."),
-    candidates: int = typer.Option(2, help="HERO-O candidates per round."),
-    test_limit: int = typer.Option(10, help="Held-out questions to evaluate."),
+    max_metric_calls: int = typer.Option(DEMO_MAX_METRIC_CALLS, help="HERO-O rollout budget (with the evaluations, "
+                                         "~120 rollouts: sized for <= 8 minutes on 2 cores; not yet measured)."),
+    rounds: int = typer.Option(DEMO_ROUNDS, help="HERO-O rounds."),
+    candidates: int = typer.Option(DEMO_CANDIDATES, help="HERO-O candidates per round."),
+    test_limit: int = typer.Option(DEMO_TEST_LIMIT, help="Held-out questions to evaluate."),
     threads: int = typer.Option(1, help="Parallel rollouts (the local server serves one at a time)."),
     refine_all: bool = typer.Option(False, help="HERO-T on every program (paper); by default only on programs "
                                     "whose execution fails or returns nothing, to fit the demo's time."),
     seed: int = typer.Option(0),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
-    """Run the whole method on the built-in text-to-SQL task with the embedded local model."""
+    """Run the whole method (seed, HERO-O, HERO-O + HERO-T) on the conventions text-to-SQL task: rules
+    learned on some shop databases, evaluated on others. `--lm simulated` checks the mechanics in seconds."""
     _setup_logging(verbose)
-    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed, refine_all)
+    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed, refine_all,
+         task)
 
 
 def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, test_limit, threads, seed,
-          refine_all=False):
+          refine_all=False, task_name=DEMO_TASK):
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
-    task = load_task_or_fail(DEMO_TASK, None)
+    task = load_task_or_fail(task_name, None)
     claim_run_dir(out, task.name, {
         "hero_o": hero_o_settings(lm_spec, reflection_spec, None, max_metric_calls, rounds, candidates, seed),
         "evaluate": eval_settings(lm_spec)})
@@ -241,14 +265,37 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     console.print(f"starting the task LM ({lm_spec}) ...")
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
-                       threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all)
+                       threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all,
+                       extra_optimizer_args=dict(DEMO_OPTIMIZER_ARGS))
+    stages = iter(range(1, 5))
     with progress_bars() as make:
-        run = StagedRun(task, lm, reflection, config, progress=make)
+        run = StagedRun(task, lm, reflection, config, progress=make,
+                        announce=lambda line: console.print(f"[bold]stage {next(stages, '?')}/4[/bold] {line}"))
         summary = run.run_all()
     print_rows(summary["rows"], f"HERO on {task.name} (held-out, n={len(run.test)})")
+    hero = json.loads((out / "hero_o_result.json").read_text()) if (out / "hero_o_result.json").exists() else {}
+    print_adopted_rules(hero)
     for note in summary["notes"]:
         console.print(f"  {note}")
     console.print(f"report: {summary['paths']['markdown']}")
+
+
+def print_adopted_rules(hero: dict[str, Any]) -> None:
+    """Every rule HERO-O adopted, with the counts that adopted it and its held-out fixes:breaks."""
+    from dspy_hero.cli.report import adopted_rules, fb
+
+    rules = adopted_rules(hero)
+    if not rules:
+        console.print("HERO-O adopted no rule: no candidate passed the paired acceptance test, so it returned the "
+                      "seed prompt (report.md lists each candidate and why it was refused).")
+        return
+    pool = hero.get("held_out_pool") or "selection"
+    console.print(f"[bold]HERO-O's adopted rules[/bold] (in-sample: the paired test's update pairs; held-out: the "
+                  f"{pool} pool, which decided none of them)")
+    for r in rules:
+        console.print(f"  round {r.round}: {escape(r.change)}", highlight=False)
+        console.print(f"    in-sample fix:break {fb(r.in_sample)}; held-out fix:break {fb(r.held_out)}; cumulative "
+                      f"vs seed {fb(r.cumulative)}{' (final prompt)' if r.final else ''}", highlight=False)
 
 
 @app.command()
@@ -379,6 +426,7 @@ def _report(out: Path):
     if summary["rows"]:
         print_rows(summary["rows"], f"HERO on {task}" if task else "HERO")
     if hero:
+        print_adopted_rules(hero)
         console.print(f"HERO-O: {len(hero.get('rounds', []))} rounds, final prompt {hero.get('final_entry_id')}, "
                       f"{hero.get('total_metric_calls')} rollouts, fix:break of adopted prompts "
                       f"{hero.get('adopted_fixes')}:{hero.get('adopted_breaks')}")

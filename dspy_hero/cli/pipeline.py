@@ -59,8 +59,10 @@ def per_round_fix_break(hero_result: dict[str, Any]) -> list[tuple[int, int]]:
 class StagedRun:
     """seed eval → HERO-O → eval → HERO-T eval, each stage cached in `out_dir`."""
 
-    def __init__(self, task: Task, lm: Any, reflection_lm: Any, config: RunConfig, progress: Progress | None = None):
+    def __init__(self, task: Task, lm: Any, reflection_lm: Any, config: RunConfig, progress: Progress | None = None,
+                 announce: Callable[[str], None] | None = None):
         self.task = task
+        self.announce = announce or (lambda line: None)  # one line as each stage starts (the demo prints it)
         self.lm = lm
         self.reflection_lm = reflection_lm or lm
         self.config = config
@@ -78,8 +80,10 @@ class StagedRun:
             saved = EvalReport.from_dict(json.loads(path.read_text()))
             if saved.extras.get("fingerprint") == key:
                 logger.info("stage %s already done; reusing %s", name, path)
+                self.announce(f"{METHOD_LABELS.get(name, name)}: already evaluated, reusing {path.name}")
                 return saved
             logger.warning("%s was written for another task, split or program; evaluating again", path)
+        self.announce(f"{METHOD_LABELS.get(name, name)}: evaluating on {len(self.test)} held-out examples")
         advance = self.progress(f"evaluate {name}", len(self.test))
         report = evaluate_program(program, self.test, self.task.metric, name=name, lm=self.lm,
                                   num_threads=self.config.threads, progress=advance)
@@ -105,6 +109,7 @@ class StagedRun:
         program_path = self.out / "hero_o_program.json"
         program = self.task.make_program()
         if program_path.exists():
+            self.announce(f"HERO-O: already optimized, reusing {program_path.name}")
             program.load(str(program_path))
             return program
         budget: dict[str, Any] = {}
@@ -124,6 +129,10 @@ class StagedRun:
             **budget,
             **self.config.extra_optimizer_args,
         )
+        self.announce(f"HERO-O: optimizing on {len(self.task.train)} training examples "
+                      f"({self.config.max_metric_calls if self.config.max_metric_calls is not None else 'auto=' + str(self.config.auto or 'light')} "
+                      f"rollouts, {self.config.num_rounds} round(s) of up to {self.config.num_candidates} candidate(s); "
+                      "resumable from its log)")
         start = time.perf_counter()
         calls_before = lm_usage(self.lm)
         with dspy.context(lm=self.lm):
@@ -170,6 +179,7 @@ REPORT_ORDER = ("seed", "hero_o", "hero_o_hero_t", "program", "refined", "seed_r
 def method_rows(reports: list[EvalReport], hero: dict[str, Any]) -> list[MethodRow]:
     """One table row per evaluation; rows of HERO-O programs carry its rollouts and fix:break."""
     fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
+    seed = next((r for r in reports if r.name == "seed"), None)
     rows = []
     for report in reports:
         is_hero = report.name.startswith("hero_o")
@@ -182,8 +192,19 @@ def method_rows(reports: list[EvalReport], hero: dict[str, Any]) -> list[MethodR
             tokens=report.input_tokens + report.output_tokens,
             wall_s=report.wall_s,
             fix_break=fix_break if is_hero else None,
+            vs_seed=vs_seed(seed, report) if seed is not None and report is not seed else None,
         ))
     return rows
+
+
+def vs_seed(seed: EvalReport, other: EvalReport) -> str | None:
+    """"fixes:breaks" of `other` against the seed on the examples both evaluated (by index: the same
+    held-out list), or None when they evaluated different numbers of examples."""
+    if len(seed.outcomes) != len(other.outcomes):
+        return None
+    fixes = sum(o.score > s.score for s, o in zip(seed.outcomes, other.outcomes))
+    breaks = sum(o.score < s.score for s, o in zip(seed.outcomes, other.outcomes))
+    return f"{fixes}:{breaks}"
 
 
 def write_run_report(out: Path, title: str, reports: list[EvalReport], hero: dict[str, Any],
