@@ -147,6 +147,19 @@ class LocalServer:
             time.sleep(0.1)
         raise TimeoutError(f"local model server did not become healthy in {timeout_s:.0f}s ({last})")
 
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = 600.0) -> dict[str, Any]:
+        """POST `body` as JSON to one of the server's native endpoints (``/completion``, ``/tokenize``,
+        ``/apply-template``) and return the decoded reply; an HTTP error carries the server's message."""
+        request = urllib.request.Request(
+            self.root_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise RuntimeError(f"local model server {path}: HTTP {exc.code}: {detail}") from exc
+
     def metrics(self) -> dict[str, float]:
         """The server's Prometheus counters (prompt/generated tokens and seconds) as a dict."""
         with urllib.request.urlopen(self.root_url + "/metrics", timeout=10) as resp:
