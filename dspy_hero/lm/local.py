@@ -71,6 +71,10 @@ class PinStats:
     prefix_builds: int = 0
     prefix_tokens: int = 0
     unpinned: int = 0
+    generated_tokens: int = 0  # from the generation requests' own timings (prefix-only fills excluded)
+    generation_s: float = 0.0
+    prompt_tokens_computed: int = 0  # suffix tokens computed by generation requests
+    prompt_s: float = 0.0
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -172,7 +176,12 @@ class PinnedPrefixEngine:
             out = self.server.post("/completion", {**body, "prompt": tokens, "cache_prompt": bool(n_prefix)})
             self._pinned = prefix if n_prefix else None
             self.stats.requests += 1
-            cached = int((out.get("timings") or {}).get("cache_n", 0))
+            timings = out.get("timings") or {}
+            cached = int(timings.get("cache_n", 0))
+            self.stats.generated_tokens += int(timings.get("predicted_n", 0))
+            self.stats.generation_s += float(timings.get("predicted_ms", 0.0)) / 1000
+            self.stats.prompt_tokens_computed += int(timings.get("prompt_n", 0))
+            self.stats.prompt_s += float(timings.get("prompt_ms", 0.0)) / 1000
             if n_prefix and cached != n_prefix:
                 self.stats.unpinned += 1
                 if not self._warned:

@@ -36,7 +36,7 @@ class ServerConfig:
     """What the llama.cpp server is started with. Defaults suit a 2-4 core laptop."""
 
     n_ctx: int = 8192
-    threads: int | None = None  # None: default_threads() (half the usable cores)
+    threads: int | None = None  # None: default_threads() (every usable core)
     parallel: int = 2  # decoding slots; DSPy's threads map onto them
     cache_reuse: int = 256  # min chunk (tokens) for KV shift-reuse of a cached prefix
     cache_ram_mib: int = 1024  # host RAM for prompts evicted from slots
@@ -46,18 +46,23 @@ class ServerConfig:
     cache_prompt: bool = True  # reuse each slot's KV cache for a shared prompt prefix
 
 
-def default_threads() -> int:
-    """Half the usable cores (at least 1, at most 8).
+def default_threads(neighbours: int = 0) -> int:
+    """Threads for the model: every usable core less the CPU-bound workers that run beside it
+    (at least 1, at most 8).
 
-    Why not all of them: HERO runs executors, sandboxes and DSPy threads next to the model, and
-    llama.cpp's worker barrier collapses when its threads are not all scheduled. Measured on a busy
-    2-core machine with the 0.5B model: 1 thread generated 28-44 tok/s, 2 threads 0.4-7 tok/s.
+    `neighbours` counts what computes while the model generates: Python sandboxes running tests,
+    metric threads that execute slow queries. DSPy threads waiting on HTTP and SQLite/Cypher executors
+    that answer in milliseconds do not count. Why all the cores otherwise: generation on a CPU is
+    bound by memory bandwidth and prompt processing by compute, and both scale with threads while the
+    threads are scheduled; when more threads than free cores are asked for, llama.cpp's worker barrier
+    waits on a descheduled thread every step and speed collapses (measured in
+    benchmarks/results/throughput.json, plan ``threads``: MEASURED_THREADS).
     """
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return max(1, min(8, cores // 2))
+    return max(1, min(8, cores - max(0, int(neighbours))))
 
 
 def _stop(box: list) -> None:
