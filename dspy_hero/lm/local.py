@@ -260,8 +260,8 @@ def local_lm(
 
     `model` is a GGUF path or a pack size such as ``"0.5b"`` (else ``$HERO_LOCAL_MODEL``, else the
     installed model pack of `size`, else a hub download; see `dspy_hero.lm.model_pack`). `threads`
-    None gives the model every usable core (see `dspy_hero.lm.server.default_threads` for when to pass
-    fewer); `parallel` decoding slots serve concurrent DSPy threads. The DSPy response cache is off by
+    None gives the model the cores that are idle when its server starts (see
+    `dspy_hero.lm.server.default_threads`, which also says when to leave cores to sandboxes); `parallel` decoding slots serve concurrent DSPy threads. The DSPy response cache is off by
     default so that repeated evaluations measure the model, not the cache; the server's prompt-prefix
     cache is on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
 

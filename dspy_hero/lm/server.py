@@ -36,7 +36,7 @@ class ServerConfig:
     """What the llama.cpp server is started with. Defaults suit a 2-4 core laptop."""
 
     n_ctx: int = 8192
-    threads: int | None = None  # None: default_threads() (every usable core)
+    threads: int | None = None  # None: default_threads() (the cores idle when the server starts)
     parallel: int = 2  # decoding slots; DSPy's threads map onto them
     cache_reuse: int = 256  # min chunk (tokens) for KV shift-reuse of a cached prefix
     cache_ram_mib: int = 1024  # host RAM for prompts evicted from slots
@@ -46,23 +46,56 @@ class ServerConfig:
     cache_prompt: bool = True  # reuse each slot's KV cache for a shared prompt prefix
 
 
-def default_threads(neighbours: int = 0) -> int:
-    """Threads for the model: every usable core less the CPU-bound workers that run beside it
-    (at least 1, at most 8).
+def _cpu_times() -> tuple[int, int] | None:
+    """(idle, total) jiffies of all CPUs from /proc/stat; None off Linux."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields)
+
+
+def idle_cores(cores: int, sample_s: float = 0.25) -> float | None:
+    """How many of `cores` were idle over the last `sample_s` seconds (None where it cannot be read)."""
+    before = _cpu_times()
+    if before is None:
+        return None
+    time.sleep(sample_s)
+    after = _cpu_times()
+    if after is None or after[1] == before[1]:
+        return None
+    busy_share = 1 - (after[0] - before[0]) / (after[1] - before[1])
+    total = os.cpu_count() or cores
+    return max(0.0, cores - busy_share * total)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads(neighbours: int = 0, idle: float | None = None) -> int:
+    """Threads for the model: the cores that are free when the server starts, less the CPU-bound
+    workers that will run beside it (at least 1, at most 8).
 
     `neighbours` counts what computes while the model generates: Python sandboxes running tests,
     metric threads that execute slow queries. DSPy threads waiting on HTTP and SQLite/Cypher executors
-    that answer in milliseconds do not count. Why all the cores otherwise: generation on a CPU is
-    bound by memory bandwidth and prompt processing by compute, and both scale with threads while the
-    threads are scheduled; when more threads than free cores are asked for, llama.cpp's worker barrier
-    waits on a descheduled thread every step and speed collapses (measured in
-    benchmarks/results/throughput.json, plan ``threads``: MEASURED_THREADS).
+    that answer in milliseconds do not count. `idle` is the number of idle cores (default: sampled
+    from /proc/stat for a quarter second), so other programs' load counts too.
+
+    Why: on a CPU, llama.cpp's threads meet at a barrier after every operation, so a step is as slow
+    as its slowest thread. With a core to itself each thread adds speed: on an idle 2-core machine,
+    2 threads served the Spider seed at 5.5 s per rollout against 11.0 s with 1 (issue 11). When a
+    thread has to share its core, the barrier waits for it to be scheduled and speed collapses:
+    on the same 2 cores with 7 other test runs (load average 4-5), Spider 1.5B took MEASURED_THREADS
+    (benchmarks/results/throughput.json, plan ``threads``, configurations interleaved).
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(8, cores - max(0, int(neighbours))))
+    cores = usable_cores()
+    free = cores if idle is None else min(cores, max(1, int(idle + 0.5)))
+    return max(1, min(8, free - max(0, int(neighbours))))
 
 
 def _stop(box: list) -> None:
@@ -108,7 +141,8 @@ class LocalServer:
         params.cache_ram_mib = int(self.config.cache_ram_mib)
         params.endpoint_metrics = True
         params.verbosity = int(self.config.verbosity)
-        threads = self.config.threads or default_threads()
+        threads = self.config.threads or default_threads(idle=idle_cores(usable_cores()))
+        self.threads = threads  # what the model runs with (the config may leave it to default_threads)
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.cpuparams.poll = int(self.config.poll)
