@@ -326,3 +326,82 @@ def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
     assert "select" in first[asks[0][1]].lower()
     # a, a(reused), b | b(reused), a, a(reused): three prefixes computed, each reuse exact.
     assert stats.requests == 6 and stats.prefix_builds == 3 and stats.unpinned == 0
+
+
+def test_default_threads_leaves_busy_cores_and_neighbours_alone(monkeypatch):
+    from dspy_hero.lm import server
+
+    monkeypatch.setattr(server, "usable_cores", lambda: 4)
+    assert server.default_threads(idle=4.0) == 4  # an idle machine: every core
+    assert server.default_threads(idle=1.2) == 1  # other programs hold three cores
+    assert server.default_threads(idle=4.0, neighbours=1) == 3  # one sandbox beside the model
+    assert server.default_threads(idle=0.0, neighbours=3) == 1  # never below one thread
+    assert server.default_threads() == 4  # no sample: the usable cores
+    idle = server.idle_cores(4, sample_s=0.05)
+    assert idle is None or 0.0 <= idle <= 4.0
+
+
+class SlotSimulator:
+    """llama.cpp's one-slot prompt reuse, in miniature, for the pinned-prefix protocol without a model:
+    characters are tokens; a request with ``cache_prompt`` keeps the longest common prefix with what the
+    slot holds (one token less when that is the whole prompt: logits need one evaluated token) and the
+    slot then holds the prompt plus what was generated."""
+
+    def __init__(self):
+        from dspy_hero.lm.server import ServerConfig
+
+        self.config = ServerConfig(parallel=1, cache_reuse=0, cache_ram_mib=0)
+        self.name, self.closed = "sim", False
+        self.slot: list[int] = []
+        self.log: list[tuple[str, int, int]] = []  # (kind, prompt tokens, reused tokens)
+
+    def post(self, path, body):
+        if path == "/apply-template":
+            return {"prompt": "".join(f"<{m['role']}>{m['content']}</>" for m in body["messages"]) + "<assistant>"}
+        if path == "/tokenize":
+            return {"tokens": [ord(c) for c in body["content"]]}
+        prompt = list(body["prompt"])
+        reused = 0
+        if body["cache_prompt"]:
+            while reused < min(len(prompt), len(self.slot)) and prompt[reused] == self.slot[reused]:
+                reused += 1
+            reused -= reused == len(prompt) and reused > 0
+        generated = [] if body["n_predict"] == 0 else [ord(c) for c in "SELECT 1"]
+        self.slot = prompt + generated
+        self.log.append(("fill" if body["n_predict"] == 0 else "generate", len(prompt), reused))
+        return {"content": "".join(map(chr, generated)), "tokens_predicted": len(generated), "stop_type": "eos",
+                "timings": {"cache_n": reused, "prompt_n": len(prompt) - reused, "predicted_n": len(generated)}}
+
+
+def _ask(lm, schema, question):
+    user = f"[[ ## db_schema ## ]]\n{schema}\n\n[[ ## question ## ]]\n{question}\n\nRespond with `[[ ## sql ## ]]`."
+    return lm(messages=[{"role": "system", "content": "Write SQL."}, {"role": "user", "content": user}])
+
+
+def test_pinned_prefix_protocol_reuses_exactly_the_shared_prefix():
+    import dspy
+
+    from dspy_hero.lm.local import PinnedPrefixEngine
+
+    sim = SlotSimulator()
+    engine = PinnedPrefixEngine(sim)
+    lm = dspy.LM("local/sim", engine=engine, cache=False, num_retries=0, temperature=0.0, max_tokens=8)
+    for schema, question in [("A", "q one?"), ("A", "q two?"), ("B", "q one?"), ("A", "q two?")]:
+        _ask(lm, schema, question)
+    generations = [(n, r) for kind, n, r in sim.log if kind == "generate"]
+    prefix_a = len("<system>Write SQL.</><user>[[ ## db_schema ## ]]\nA\n\n")
+    # every generation reuses its pinned prefix, never more (the question headers match across prompts)
+    assert [r for _, r in generations] == [prefix_a] * 4
+    # a new prefix is computed from scratch (no reuse), then its last token is evaluated alone
+    assert sim.log[:3] == [("fill", prefix_a, 0), ("fill", prefix_a, prefix_a - 1), ("generate", generations[0][0], prefix_a)]
+    assert engine.stats.prefix_builds == 3 and engine.stats.unpinned == 0 and engine.stats.requests == 4
+
+
+def test_pinned_prefix_engine_refuses_a_server_that_could_reuse_other_kv():
+    from dspy_hero.lm.local import PinnedPrefixEngine
+    from dspy_hero.lm.server import ServerConfig
+
+    sim = SlotSimulator()
+    sim.config = ServerConfig(parallel=2)
+    with pytest.raises(ValueError, match="parallel=1"):
+        PinnedPrefixEngine(sim)

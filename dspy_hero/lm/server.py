@@ -6,8 +6,10 @@ OpenAI-compatible server (``openai/<name>`` with ``api_base``), so the local mod
 special case.
 
 Prompt-prefix reuse matters for HERO: every call of one program shares its instructions, which come
-first in the prompt, so the server keeps each slot's KV cache between requests (``cache_prompt``),
-picks the slot whose cached prefix is longest, and may shift-reuse chunks (``n_cache_reuse``).
+first in the prompt, and the seed programs put the shared inputs (schemas) before the question, so the
+server keeps each slot's KV cache between requests (``cache_prompt``), picks the slot whose cached
+prefix is longest, and may shift-reuse chunks (``n_cache_reuse``). That reuse depends on what ran
+before; `dspy_hero.lm.local.PinnedPrefixEngine` reuses prefixes in a way that does not.
 
 Shutdown: ``close()`` (or leaving a ``with`` block) stops the HTTP listener and the inference loop and
 joins their threads; a ``weakref.finalize`` does the same when the object is collected or the
@@ -90,8 +92,10 @@ def default_threads(neighbours: int = 0, idle: float | None = None) -> int:
     as its slowest thread. With a core to itself each thread adds speed: on an idle 2-core machine,
     2 threads served the Spider seed at 5.5 s per rollout against 11.0 s with 1 (issue 11). When a
     thread has to share its core, the barrier waits for it to be scheduled and speed collapses:
-    on the same 2 cores with 7 other test runs (load average 4-5), Spider 1.5B took MEASURED_THREADS
-    (benchmarks/results/throughput.json, plan ``threads``, configurations interleaved).
+    on the same 2 cores with 7 other test runs (load average 4.1-5.4), Spider 1.5B took a median
+    16.2 and 11.2 s per rollout with 2 threads (generation 1.4 and 2.5 tok/s) against 4.5 and 6.2 s
+    with 1 thread (14.5 and 9.4 tok/s), runs interleaved 2/1/2/1, the same 6 queries in all four
+    (benchmarks/results/throughput.json, plan ``threads``). The thread count changes speed, not text.
     """
     cores = usable_cores()
     free = cores if idle is None else min(cores, max(1, int(idle + 0.5)))
