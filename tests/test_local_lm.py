@@ -354,6 +354,7 @@ class SlotSimulator:
         self.name, self.closed = "sim", False
         self.slot: list[int] = []
         self.log: list[tuple[str, int, int]] = []  # (kind, prompt tokens, reused tokens)
+        self.requested: list[tuple[int, float]] = []  # (n_predict, temperature) of generation requests
 
     def post(self, path, body):
         if path == "/apply-template":
@@ -366,6 +367,8 @@ class SlotSimulator:
             while reused < min(len(prompt), len(self.slot)) and prompt[reused] == self.slot[reused]:
                 reused += 1
             reused -= reused == len(prompt) and reused > 0
+        if body["n_predict"] != 0:
+            self.requested.append((body["n_predict"], body["temperature"]))
         generated = [] if body["n_predict"] == 0 else [ord(c) for c in "SELECT 1"]
         self.slot = prompt + generated
         self.log.append(("fill" if body["n_predict"] == 0 else "generate", len(prompt), reused))
@@ -395,6 +398,7 @@ def test_pinned_prefix_protocol_reuses_exactly_the_shared_prefix():
     # a new prefix is computed from scratch (no reuse), then its last token is evaluated alone
     assert sim.log[:3] == [("fill", prefix_a, 0), ("fill", prefix_a, prefix_a - 1), ("generate", generations[0][0], prefix_a)]
     assert engine.stats.prefix_builds == 3 and engine.stats.unpinned == 0 and engine.stats.requests == 4
+    assert sim.requested == [(8, 0.0)] * 4  # the LM's max_tokens and temperature reach the server
 
 
 def test_pinned_prefix_engine_refuses_a_server_that_could_reuse_other_kv():
