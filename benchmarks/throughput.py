@@ -202,12 +202,36 @@ def save(out: Path, plan: str, row: dict[str, Any]) -> None:
     out.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def print_summary(out: Path) -> None:
+    """One line per configuration of each plan: its runs' medians, warm medians, floors, accuracy, load."""
+    data = json.loads(out.read_text())
+    for plan, rows in data.get("plans", {}).items():
+        print(f"== {plan}")
+        labels: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            labels.setdefault(row["label"], []).append(row)
+        for label, runs in labels.items():
+            def fmt(key: str, sub: str = "median_s", runs=runs) -> str:
+                return "/".join(str(r[key].get(sub)) if isinstance(r[key], dict) else str(r[key]) for r in runs)
+
+            loads = "/".join(f"{r['load_avg_before'][0]:.1f}" for r in runs)
+            print(f"  {label:72s} median {fmt('all')} p90 {fmt('all', 'p90_s')} warm {fmt('warm')} s; "
+                  f"{fmt('rollouts_per_min')} per min; floor {fmt('floor_s_per_rollout')} s; "
+                  f"correct {fmt('correct')} of {runs[0]['rollouts']}; load {loads}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--plan", required=True, choices=sorted(plans(1)))
+    p.add_argument("--plan", choices=sorted(plans(1)))
+    p.add_argument("--summary", action="store_true", help="print the table of what --out holds and exit")
     p.add_argument("--reps", type=int, default=2, help="interleaved repetitions of each configuration")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
+    if a.summary:
+        print_summary(a.out)
+        return
+    if a.plan is None:
+        p.error("--plan is required (or --summary)")
     tasks: dict[str, Any] = {}
     for cfg in plans(a.reps)[a.plan]:
         row = measure(cfg, tasks)
