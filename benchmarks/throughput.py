@@ -36,12 +36,12 @@ from typing import Any
 import dspy
 
 sys.path.insert(0, str(Path(__file__).parent))
-from determinism import sample_questions  # noqa: E402
+from determinism import sample_questions
 
-from dspy_hero.lm.local import close_local_servers, engine_of, local_lm, server_of  # noqa: E402
-from dspy_hero.tasks.evaluate import SharedPrefixOrder, evaluate_program, shared_input_field  # noqa: E402
-from dspy_hero.tasks.programs import GenerateProgram  # noqa: E402
-from dspy_hero.tasks.registry import load_task  # noqa: E402
+from dspy_hero.lm.local import close_local_servers, engine_of, local_lm, server_of
+from dspy_hero.tasks.evaluate import SharedPrefixOrder, evaluate_program, shared_input_field
+from dspy_hero.tasks.programs import GenerateProgram
+from dspy_hero.tasks.registry import load_task
 
 RESULTS = Path(__file__).parent / "results" / "throughput.json"
 OLD_LAYOUT = {"spider": ("question", "db_schema"), "builtin-sql": ("question", "db_schema")}
@@ -111,7 +111,7 @@ def make_lm(cfg: Config) -> dspy.LM:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def summary(times: list[float]) -> dict[str, float]:
@@ -188,7 +188,7 @@ def plans(reps: int) -> dict[str, list[Config]]:
         replace(spider, task="builtin-sql", per_db=4, mode=m) for m in ("default", "deterministic")]
     bcb = [Config(task="bigcodebench", size=s, mode="deterministic", per_db=3, max_tokens=768) for s in ("1.5b", "0.5b")]
     scratch = [replace(spider, mode=m) for m in ("deterministic", "from-scratch")]
-    interleave = lambda configs: [c for _ in range(reps) for c in configs]  # noqa: E731 - A B A B
+    interleave = lambda configs: [c for _ in range(reps) for c in configs]
     return {"layout": interleave(layout), "threads": interleave(threads), "slots": interleave(slots),
             "small": small, "bcb": bcb, "scratch": interleave(scratch)}
 

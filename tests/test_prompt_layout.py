@@ -76,7 +76,7 @@ def test_the_reusable_prefix_covers_the_schema_and_is_the_same_within_a_database
         by_db: dict[str, list] = {}
         for ex in task.train + task.test:
             by_db.setdefault(ex.db_id, []).append(ex)
-        (db_a, (a1, a2, *_)), (_, (b1, *_)) = list(by_db.items())[:2]
+        (_, (a1, a2, *_)), (_, (b1, *_)) = list(by_db.items())[:2]
         prefixes = {}
         for ex in (a1, a2, b1):
             system, user = user_message(program, ex)

@@ -65,7 +65,7 @@ def test_grouping_changes_no_result_and_the_given_order_is_kept_on_request():
     from dspy_hero.tasks.evaluate import given_order
 
     program = dspy.Predict("db_schema, question -> answer")
-    half = lambda req: {"answer": "a" + req.inputs["question"][1:] if req.inputs["question"] in {"q1", "q4"} else "no"}  # noqa: E731
+    half = lambda req: {"answer": "a" + req.inputs["question"][1:] if req.inputs["question"] in {"q1", "q4"} else "no"}
     grouped = evaluate_program(program, INTERLEAVED, exact, lm=scripted_lm(half), num_threads=2)
     seen: list[str] = []
     given = evaluate_program(program, INTERLEAVED, exact, lm=echo_lm(seen), num_threads=1, order=given_order)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import dspy
 
@@ -59,7 +60,7 @@ class EvalReport:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalReport":
+    def from_dict(cls, data: dict[str, Any]) -> EvalReport:
         data = dict(data)
         data.pop("pass_at_1", None)
         data["outcomes"] = [ExampleOutcome(**o) for o in data["outcomes"]]
