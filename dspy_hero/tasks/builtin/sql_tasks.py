@@ -20,7 +20,7 @@ from dspy_hero.tasks.base import Task
 from dspy_hero.tasks.builtin.sql_data import DATABASES, ensure_databases
 from dspy_hero.tasks.splits import seeded_order
 
-INPUTS = ("question", "db_schema")
+INPUTS = ("db_schema", "question")  # shared schema first: its KV is reused across questions
 # Environment references are inputs too, so dspy.Evaluate hands them to HERO-T; the program
 # itself shows the LM only INPUTS (see dspy_hero.metrics.base).
 ENV_INPUTS = ("db_id", "db_path")
