@@ -12,7 +12,7 @@ import pytest
 
 from dspy_hero.execution import cypher_common
 from dspy_hero.execution.base import REJECTED, RESOURCE, SYNTAX
-from dspy_hero.execution.cypher import FalkorDBExecutor
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 from dspy_hero.execution.cypher_graphs import MAX_NESTING, complexity_violation, read_only_violation
 
 GRAPH = {

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from dspy_hero.execution.base import SYNTAX, Execution, ProbeResult
-from dspy_hero.execution.cypher import FalkorDBExecutor, Neo4jExecutor
 from dspy_hero.execution.cypher_graphs import quote_name
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
+from dspy_hero.execution.neo4j_executor import Neo4jExecutor
+from dspy_hero.text import extract_code
 
 __all__ = ["CypherEnvironment", "default_engine", "graph_schema_text", "resolve_graph"]
 
@@ -169,8 +171,6 @@ class CypherEnvironment:
         return self.executor.run(cypher, self.graph)
 
     def execute(self, program: str) -> Execution:
-        from dspy_hero.metrics.base import extract_code
-
         return self._run(extract_code(program, "cypher"))
 
     def probes(self) -> dict[str, str]:
