@@ -22,8 +22,8 @@ from dspy_hero.execution.base import (
     Executor,
 )
 from dspy_hero.execution.cypher_environment import CypherEnvironment, graph_schema_text
-from dspy_hero.execution.falkordb_executor import BoundCypherExecutor, FalkorDBExecutor
 from dspy_hero.execution.cypher_graphs import read_only_violation, split_statements
+from dspy_hero.execution.falkordb_executor import BoundCypherExecutor, FalkorDBExecutor
 from dspy_hero.execution.falkordb_server import sweep_stale_workdirs
 
 SCRIPT = """// a small film graph
