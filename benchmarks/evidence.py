@@ -137,7 +137,7 @@ def make_batch(examples: list[Any], semantics: str, program_inputs: tuple[str, .
                num_passing: int, seed: int) -> tuple[list[RolloutResult], dict[str, Any], dict[str, str]]:
     """Passing cases run the gold query, failing ones a mutation of it the real metric scores 0."""
     from dspy_hero.diagnosis.sql import read_schema
-    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 
     examples = list(examples)
     random.Random(seed).shuffle(examples)

@@ -203,9 +203,9 @@ CYPHER_QUERIES = [
 
 def measure_falkordb(repeats: int) -> dict:
     try:
-        from dspy_hero.execution.cypher import FalkorDBExecutor
+        from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
     except Exception as exc:  # noqa: BLE001 - another module's job; report instead of failing
-        return {"skipped": f"dspy_hero.execution.cypher.FalkorDBExecutor not importable: {exc}"}
+        return {"skipped": f"dspy_hero.execution.falkordb_executor.FalkorDBExecutor not importable: {exc}"}
     with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp:
         script = Path(tmp) / "people.cypher"
         script.write_text(GRAPH_SCRIPT + "\n")
@@ -247,7 +247,7 @@ def measure_restarts(threads: int, seconds: float, kills: int, runaways: int) ->
     import threading
 
     try:
-        from dspy_hero.execution.cypher import FalkorDBExecutor
+        from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
     except Exception as exc:  # noqa: BLE001 - another module's job; report instead of failing
         return {"skipped": f"FalkorDBExecutor not importable: {exc}"}
     runaway = "RETURN size(reduce(s = '', x IN range(1, 5000000) | s + 'xxxxxxxxxx'))"

@@ -117,7 +117,7 @@ def measure_recorded(task_name: str, data: str | None, stdlib_only: bool, result
             env = task.environment_for(ex)
             inputs = {f: v for f in (*TASK_TEXT_FIELDS, *ENVIRONMENT_FIELDS) if (v := get_field(ex, f)) is not None}
             if complete_prompt_examples:
-                from dspy_hero.execution.python_probes import PythonEnvironment
+                from dspy_hero.execution.python_environment import PythonEnvironment
 
                 inputs["prompt"] = complete[o["example_id"]]
                 env = PythonEnvironment(sandbox=env.sandbox, prompt=inputs["prompt"], entry_point=env.entry_point)

@@ -16,6 +16,7 @@ from dspy_hero.lazy import lazy_exports
 
 # litellm otherwise fetches its model cost map from the network when first imported; dspy-hero must
 # work offline (embedded local model), so default to the copy litellm ships. A user's own value wins.
+# This is the package's one import-time environment write (tests/test_import_floors.py holds it to that).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 __version__ = "0.1.0"
@@ -26,8 +27,8 @@ _EXPORTS = {
     "HeroRefine": "dspy_hero.refine.module",
     "Execution": "dspy_hero.execution.base",
     "SQLiteExecutor": "dspy_hero.execution.sqlite",
-    "FalkorDBExecutor": "dspy_hero.execution.cypher",
-    "Neo4jExecutor": "dspy_hero.execution.cypher",
+    "FalkorDBExecutor": "dspy_hero.execution.falkordb_executor",
+    "Neo4jExecutor": "dspy_hero.execution.neo4j_executor",
     "PythonSandbox": "dspy_hero.execution.python",
     "sql_execution_metric": "dspy_hero.metrics.sql",
     "cypher_execution_metric": "dspy_hero.metrics.cypher",

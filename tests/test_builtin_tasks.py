@@ -171,7 +171,7 @@ def test_cypher_examples_and_graph_files(cache):
 
 def test_every_cypher_gold_runs_on_falkordb_and_is_nontrivial(cache):
     cypher = pytest.importorskip(
-        "dspy_hero.execution.cypher", reason="dspy_hero.execution.cypher (FalkorDBExecutor) is not in the tree yet"
+        "dspy_hero.execution.falkordb_executor", reason="dspy_hero.execution.falkordb_executor (FalkorDBExecutor) is not in the tree yet"
     )
     from dspy_hero.metrics.compare import result_eq
 

@@ -188,7 +188,7 @@ def test_counting_metric_and_usage_history():
 
 
 def test_react_baseline_revises_from_execution_and_stops(spider_fixture):
-    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
     from dspy_hero.tasks.react_baseline import ReActRefine
     from dspy_hero.tasks.spider import load_spider
 
@@ -322,7 +322,7 @@ def test_mipro_plan_matches_miprov2_own_eval_count(budget):
 
 def test_react_baseline_treats_an_environment_failure_as_an_observation(spider_fixture):
     """As HERO-T does: an execution that raises is evidence for the next revision, not a crashed example."""
-    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
     from dspy_hero.tasks.react_baseline import ReActRefine
     from dspy_hero.tasks.spider import load_spider
 

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from dspy_hero.execution.sqlite import SQLiteExecutor
-from dspy_hero.execution.sqlite_probes import schema_text
+from dspy_hero.execution.sqlite_environment import schema_text
 from dspy_hero.metrics.compare import bird_equal
 from dspy_hero.tasks.builtin import conventions_data as cd
 from dspy_hero.tasks.builtin import conventions_tasks as ct

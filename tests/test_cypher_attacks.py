@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dspy_hero.execution.base import REJECTED, RESOURCE, SYNTAX, TIMEOUT
-from dspy_hero.execution.cypher import FalkorDBExecutor
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import pytest
 
 from dspy_hero.execution import cypher_common
 from dspy_hero.execution.base import REJECTED, RESOURCE, SYNTAX
-from dspy_hero.execution.cypher import FalkorDBExecutor
 from dspy_hero.execution.cypher_graphs import MAX_NESTING, complexity_violation, read_only_violation
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 
 GRAPH = {
     "nodes": [{"id": i, "labels": ["P"], "properties": {"n": i}} for i in range(30)],

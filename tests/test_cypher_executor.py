@@ -21,13 +21,9 @@ from dspy_hero.execution.base import (
     Environment,
     Executor,
 )
-from dspy_hero.execution.cypher import (
-    BoundCypherExecutor,
-    CypherEnvironment,
-    FalkorDBExecutor,
-    graph_schema_text,
-)
+from dspy_hero.execution.cypher_environment import CypherEnvironment, graph_schema_text
 from dspy_hero.execution.cypher_graphs import read_only_violation, split_statements
+from dspy_hero.execution.falkordb_executor import BoundCypherExecutor, FalkorDBExecutor
 from dspy_hero.execution.falkordb_server import sweep_stale_workdirs
 
 SCRIPT = """// a small film graph
@@ -261,7 +257,7 @@ def test_server_is_killed_when_its_python_process_dies(tmp_path):
 
     code = (
         "import sys, time, threading\n"
-        "from dspy_hero.execution.cypher import FalkorDBExecutor\n"
+        "from dspy_hero.execution.falkordb_executor import FalkorDBExecutor\n"
         "holder = []\n"
         "t = threading.Thread(target=lambda: holder.append(FalkorDBExecutor(timeout_s=5.0)))\n"
         "t.start(); t.join()\n"  # started from a short-lived thread, which then ends
@@ -308,7 +304,7 @@ def test_start_up_time():
 
 
 def test_concurrent_loads_of_one_graph_load_it_once(tmp_path):
-    from dspy_hero.execution.cypher_probes import ensure_loaded
+    from dspy_hero.execution.cypher_environment import ensure_loaded
 
     with FalkorDBExecutor(timeout_s=5.0) as ex:
         barrier = threading.Barrier(4)

@@ -12,7 +12,7 @@ import time
 import dspy
 import pytest
 
-from dspy_hero.execution.cypher import FalkorDBExecutor
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 from dspy_hero.metrics.cypher import cypher_execution_metric
 from dspy_hero.metrics.infer import infer_metric
 

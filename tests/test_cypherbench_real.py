@@ -20,8 +20,8 @@ import re
 import dspy
 import pytest
 
-from dspy_hero.execution.cypher import FalkorDBExecutor
 from dspy_hero.execution.cypher_graphs import _scan
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 from dspy_hero.metrics.cypher import cypher_execution_metric
 from dspy_hero.tasks.hub import shared_benchmarks_dir as benchmarks_dir
 

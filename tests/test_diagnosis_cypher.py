@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-cypher = pytest.importorskip("dspy_hero.execution.cypher", reason="the embedded Cypher engine is not installed")
+cypher = pytest.importorskip("dspy_hero.execution.falkordb_executor", reason="the embedded Cypher engine is not installed")
 
 from dspy_hero.diagnosis import Category, Diagnoser, diagnose
 from dspy_hero.diagnosis.cypher import parse_graph_schema, query_patterns

@@ -6,7 +6,7 @@ import pytest
 
 from dspy_hero.diagnosis import Category, Diagnoser, diagnose
 from dspy_hero.execution.python import PythonSandbox
-from dspy_hero.execution.python_probes import PythonEnvironment
+from dspy_hero.execution.python_environment import PythonEnvironment
 
 PROMPT = '''import math
 def task_func(values):

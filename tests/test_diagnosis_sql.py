@@ -9,7 +9,7 @@ import pytest
 
 from dspy_hero.diagnosis import Category, Diagnoser, diagnose
 from dspy_hero.diagnosis.fields import read
-from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 from dspy_hero.tasks.hub import shared_benchmarks_dir
 
 BENCH = shared_benchmarks_dir()

@@ -46,7 +46,7 @@ def test_a_shared_task_context_is_shown_once():
     assert "## Context A, shared by case(s) F1, F2, F3" in text and text.count("prompt: task") == 3
 
 
-cypher = pytest.importorskip("dspy_hero.execution.cypher", reason="the embedded Cypher engine is not installed")
+cypher = pytest.importorskip("dspy_hero.execution.falkordb_executor", reason="the embedded Cypher engine is not installed")
 
 
 def test_cypher_cases_are_diagnosed_against_the_graph(tmp_path):

@@ -69,9 +69,9 @@ def test_subpackage_imports_stay_lazy():
         "import sys\n"
         "import dspy_hero.metrics, dspy_hero.execution, dspy_hero.optimizer, dspy_hero.lm\n"
         "assert 'dspy' not in sys.modules, 'dspy imported eagerly'\n"
-        "assert 'dspy_hero.execution.cypher' not in sys.modules\n"
+        "assert 'dspy_hero.execution.falkordb_executor' not in sys.modules\n"
         "from dspy_hero.execution import SQLiteExecutor\n"
-        "assert 'dspy_hero.execution.cypher' not in sys.modules\n"
+        "assert 'dspy_hero.execution.falkordb_executor' not in sys.modules\n"
         "from dspy_hero.metrics import sql_execution_metric\n"
         "assert 'dspy' in sys.modules\n"
     )

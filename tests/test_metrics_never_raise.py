@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dspy_hero.execution.cypher import FalkorDBExecutor
+from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
 from dspy_hero.metrics.base import score_of
 from dspy_hero.metrics.cypher import cypher_execution_metric
 from dspy_hero.metrics.sql import sql_execution_metric

@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, REJECTED, RUNTIME, SYNTAX
-from dspy_hero.execution.cypher import Neo4jExecutor
 from dspy_hero.execution.falkordb_bolt import TX_GRAPH, UNSUPPORTED_BOLT_VALUES, start_bolt_server
+from dspy_hero.execution.neo4j_executor import Neo4jExecutor
 from dspy_hero.metrics.cypher import cypher_execution_metric
 
 

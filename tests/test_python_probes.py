@@ -7,7 +7,7 @@ import pytest
 from dspy_hero.execution.base import EMPTY_PROGRAM, RUNTIME, Environment
 from dspy_hero.execution.environments import environment_for
 from dspy_hero.execution.python import PythonSandbox
-from dspy_hero.execution.python_probes import PythonEnvironment, extract_examples
+from dspy_hero.execution.python_environment import PythonEnvironment, extract_examples
 
 PROMPT = '''import math
 def task_func(values):

@@ -7,7 +7,7 @@ import functools
 import dspy
 import pytest
 
-cypher = pytest.importorskip("dspy_hero.execution.cypher", reason="dspy_hero.execution.cypher (Cypher helper) missing")
+cypher = pytest.importorskip("dspy_hero.execution.falkordb_executor", reason="dspy_hero.execution.falkordb_executor (Cypher helper) missing")
 
 from refine_scripts import RoleScript
 

@@ -39,7 +39,7 @@ def test_sql_dispatch_from_dict_example_and_object(db):
 
 
 def test_python_dispatch_and_no_sharing():
-    pytest.importorskip("dspy_hero.execution.python_probes", reason="dspy_hero.execution.python_probes missing")
+    pytest.importorskip("dspy_hero.execution.python_environment", reason="dspy_hero.execution.python_environment missing")
     refs = {"prompt": "def f(x):\n    '''\n    >>> f(1)\n    2\n    '''\n", "entry_point": "f"}
     env = environment_for(refs)
     assert env.language == "python" and env.entry_point == "f"
@@ -66,7 +66,7 @@ def test_cache_reuses_by_database(db, tmp_path):
 
 
 def test_cache_shares_one_sandbox_between_python_instances():
-    pytest.importorskip("dspy_hero.execution.python_probes", reason="dspy_hero.execution.python_probes missing")
+    pytest.importorskip("dspy_hero.execution.python_environment", reason="dspy_hero.execution.python_environment missing")
     cache = EnvironmentCache()
     a = cache({"prompt": "def f(x):\n    pass\n", "entry_point": "f"})
     b = cache({"prompt": "def g(x):\n    pass\n", "entry_point": "g"})

@@ -6,7 +6,7 @@ import dspy
 import pytest
 
 python_probes = pytest.importorskip(
-    "dspy_hero.execution.python_probes", reason="dspy_hero.execution.python_probes (Python helper) missing"
+    "dspy_hero.execution.python_environment", reason="dspy_hero.execution.python_environment (Python helper) missing"
 )
 
 from refine_scripts import RoleScript

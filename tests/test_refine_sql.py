@@ -15,7 +15,7 @@ from dspy_hero.refine.module import HeroRefine
 from dspy_hero.refine.trace import ERROR, EXECUTE, INVALID, PROBE, RETRIEVE, REVISE, STOP
 from dspy_hero.tasks.programs import GenerateProgram
 
-pytest.importorskip("dspy_hero.execution.sqlite_probes")
+pytest.importorskip("dspy_hero.execution.sqlite_environment")
 
 WRONG = "SELECT nam FROM singer WHERE country = 'France'"
 FIXED = "SELECT name FROM singer WHERE country = 'France'"
@@ -356,7 +356,7 @@ def test_usage_totals_are_thread_safe(db_path):
 
 
 def test_refiner_lm_serves_the_refinement_calls_and_environment_may_be_given(db_path):
-    from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+    from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 
     task_script = RoleScript(generator={"sql": WRONG})
     refine_script = RoleScript(
@@ -599,7 +599,7 @@ class CheckRaises:
     """A real SQLite environment whose own check raises (e.g. a broken plug-in check)."""
 
     def __init__(self, db_path):
-        from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+        from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 
         self.inner = SQLiteEnvironment(db_path)
         self.language = "sql"

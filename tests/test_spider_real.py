@@ -14,7 +14,7 @@ import dspy
 import pytest
 
 from dspy_hero.execution.sqlite import SQLiteExecutor
-from dspy_hero.execution.sqlite_probes import SQLiteEnvironment, schema_text
+from dspy_hero.execution.sqlite_environment import SQLiteEnvironment, schema_text
 from dspy_hero.metrics.sql import sql_execution_metric
 from dspy_hero.tasks.hub import shared_benchmarks_dir as benchmarks_dir
 

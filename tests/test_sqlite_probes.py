@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from dspy_hero.execution.base import REJECTED, Environment, Execution
-from dspy_hero.execution.sqlite_probes import SQLiteEnvironment, quote_identifier, schema_text
+from dspy_hero.execution.sqlite_environment import SQLiteEnvironment, quote_identifier, schema_text
 
 
 @pytest.fixture

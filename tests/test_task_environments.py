@@ -23,7 +23,7 @@ def test_sql_task_reuses_one_environment_per_database(tmp_path):
 
 
 def test_cypher_task_environment_runs_on_the_engine_given_to_the_task(tmp_path):
-    cypher = pytest.importorskip("dspy_hero.execution.cypher")
+    cypher = pytest.importorskip("dspy_hero.execution.falkordb_executor")
     with cypher.FalkorDBExecutor(timeout_s=30) as engine:
         task = builtin_cypher_task(directory=tmp_path / "cypher", engine=engine)
         try:

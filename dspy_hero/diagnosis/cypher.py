@@ -56,7 +56,7 @@ class GraphSchema:
 
 
 def parse_graph_schema(text: str) -> GraphSchema:
-    """`GraphSchema` from `dspy_hero.execution.cypher_probes.graph_schema_text` output."""
+    """`GraphSchema` from `dspy_hero.execution.cypher_environment.graph_schema_text` output."""
     schema = GraphSchema()
     for line in (text or "").splitlines():
         m = _REL_LINE.match(line)

@@ -16,7 +16,7 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, REJECTED, RESOURCE, SYNTAX, Execution, failed
 from dspy_hero.execution.cypher_graphs import code_skeleton, complexity_violation, read_only_violation
-from dspy_hero.metrics.compare import normalize_cell
+from dspy_hero.text import normalize_cell
 
 __all__ = ["BoundCypherExecutor", "normalize_result", "prepare_query", "to_plain"]
 

@@ -62,11 +62,11 @@ def environment_for(example_or_inputs: Any, **options: Any) -> Environment:
     """
     kind = environment_kind(example_or_inputs)
     if kind == "sql":
-        from dspy_hero.execution.sqlite_probes import SQLiteEnvironment
+        from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 
         return SQLiteEnvironment(str(_field(example_or_inputs, "db_path")), **options)
     if kind == "cypher":
-        from dspy_hero.execution.cypher import CypherEnvironment
+        from dspy_hero.execution.cypher_environment import CypherEnvironment
 
         source = _field(example_or_inputs, "graph_source") or None
         engine = options.pop("engine", None) or _field(example_or_inputs, "engine")
@@ -74,7 +74,7 @@ def environment_for(example_or_inputs: Any, **options: Any) -> Environment:
             options["engine"] = engine
         return CypherEnvironment(graph=str(_field(example_or_inputs, "graph")), graph_source=source, **options)
     if kind == "python":
-        from dspy_hero.execution.python_probes import PythonEnvironment
+        from dspy_hero.execution.python_environment import PythonEnvironment
 
         refs = {f: _field(example_or_inputs, f) for f in _PYTHON_FIELDS}
         return PythonEnvironment(**{k: v for k, v in refs.items() if v is not None}, **options)

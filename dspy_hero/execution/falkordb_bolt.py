@@ -40,6 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Self
 
 from dspy_hero.execution.falkordb_server import binaries
@@ -47,12 +48,12 @@ from dspy_hero.execution.falkordb_server import binaries
 __all__ = ["TX_GRAPH", "UNSUPPORTED_BOLT_VALUES", "BoltServer", "start_bolt_server"]
 
 # Cypher expressions whose values the listener cannot encode (each aborts the server when returned).
-UNSUPPORTED_BOLT_VALUES = {
+UNSUPPORTED_BOLT_VALUES = MappingProxyType({
     "date": "date('2020-01-02')",
     "localtime": "localtime('12:00:00')",
     "localdatetime": "localdatetime('2020-01-02T03:04:05')",
     "duration": "duration({days: 1})",
-}
+})
 TX_GRAPH = "falkordb"  # the graph every explicit Bolt transaction runs on, whatever database is named
 
 

@@ -42,7 +42,7 @@ import sys
 _TESTS_FILE = "<hero-tests>"  # the test module's filename: it exists on no disk
 _BOOT_FILE = "<hero-boot>"  # this code's filename (the host compiles it under this name)
 _MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC = 2, 4, 1, 32, 4096, 16384
-_SYSTEM_TOP = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "var"}
+_SYSTEM_TOP = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "var"})
 
 
 def _config():

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import struct
+from types import MappingProxyType
 
 __all__ = ["seccomp_program"]
 
-_ARCHES = {  # machine -> (AUDIT_ARCH, syscall numbers)
-    "x86_64": (0xC000003E, {"socket": 41, "clone": 56, "unshare": 272, "clone3": 435}),
-    "aarch64": (0xC00000B7, {"socket": 198, "clone": 220, "unshare": 97, "clone3": 435}),
-}
+_ARCHES = MappingProxyType({  # machine -> (AUDIT_ARCH, syscall numbers)
+    "x86_64": (0xC000003E, MappingProxyType({"socket": 41, "clone": 56, "unshare": 272, "clone3": 435})),
+    "aarch64": (0xC00000B7, MappingProxyType({"socket": 198, "clone": 220, "unshare": 97, "clone3": 435})),
+})
 _LD_W_ABS, _JEQ, _JSET, _RET = 0x20, 0x15, 0x45, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
 _EPERM, _ENOSYS, _EAFNOSUPPORT = 1, 38, 97

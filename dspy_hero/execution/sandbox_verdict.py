@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hmac
 import signal
+from types import MappingProxyType
 from typing import Any
 
 from dspy_hero.execution.base import RESOURCE, RUNTIME, SYNTAX, TIMEOUT, Execution
@@ -22,7 +23,7 @@ TESTS_FAILED = "TestFailure"  # unit tests ran and some failed or errored
 TAMPERED = "TamperDetected"  # the program forged, altered or bypassed the harness's verdict
 MAX_VERDICT_BYTES = 8 << 20
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "Unable to allocate")
-_TEST_ENTRY = {"test": str, "id": str, "exc_type": str, "trace": str}
+_TEST_ENTRY = MappingProxyType({"test": str, "id": str, "exc_type": str, "trace": str})
 
 
 def parse_verdict(raw: bytes, token: str) -> tuple[dict[str, Any] | None, str | None]:

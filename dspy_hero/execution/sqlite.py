@@ -79,7 +79,7 @@ READ_PRAGMAS = frozenset(
 DENIED_FUNCTIONS = frozenset(
     {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "zipfile", "sqlar_uncompress"}
 )
-_ACTIONS = [
+_ACTIONS = (
     "CREATE_INDEX",
     "CREATE_TABLE",
     "CREATE_TEMP_INDEX",
@@ -113,7 +113,7 @@ _ACTIONS = [
     "FUNCTION",
     "SAVEPOINT",
     "RECURSIVE",
-]
+)
 _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr(sqlite3, "SQLITE_" + a)}
 
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master"})

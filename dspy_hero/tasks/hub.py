@@ -9,10 +9,10 @@ fails in about a second with a message that says what to pass instead of hanging
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from dspy_hero.net import hub_reachable  # floor 0, shared with lm/model_pack; re-exported here
 
 
 class DataUnavailable(FileNotFoundError):
@@ -45,21 +45,6 @@ def find_data_dir(name: str, data_dir: str | os.PathLike | None = None) -> Path 
         candidates.append(Path(os.environ["HERO_DATA_DIR"]) / name)
     candidates.append(shared_benchmarks_dir() / name)
     return next((p for p in candidates if p.is_dir()), None)
-
-
-def hub_reachable(timeout_s: float = 1.0, offline_flags: tuple[str, ...] = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")) -> bool:
-    """True when the hub endpoint (HF_ENDPOINT) accepts a TCP connection and no offline flag is set.
-    Shared by the dataset loaders and the local model's hub download (which passes HF_HUB_OFFLINE only)."""
-    for flag in offline_flags:
-        if os.environ.get(flag, "").strip().lower() in {"1", "true", "yes", "on"}:
-            return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 def load_hub_rows(name: str, repo_id: str, split: str, **kwargs: Any) -> list[dict[str, Any]]:

@@ -17,12 +17,10 @@ Loaders are imported lazily so that, e.g., the SQL task never loads the graph en
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import dspy
-
 from dspy_hero.tasks.base import Task
+from dspy_hero.tasks.builtin.task_builder import make_task
 
 BUILTIN_LOADERS = {
     "builtin-sql": "dspy_hero.tasks.builtin.sql_tasks:builtin_sql_task",
@@ -31,32 +29,6 @@ BUILTIN_LOADERS = {
     "builtin-conventions": "dspy_hero.tasks.builtin.conventions_tasks:builtin_conventions_task",
     "builtin-conventions-demo": "dspy_hero.tasks.builtin.conventions_tasks:conventions_demo_task",
 }
-
-
-def make_task(
-    *,
-    name: str,
-    language: str,
-    train: Sequence[dspy.Example],
-    test: Sequence[dspy.Example],
-    metric: Any,
-    inputs: Sequence[str],
-    group_key: str | None,
-    split_note: str,
-    extras: dict[str, Any] | None = None,
-    environment_options: dict[str, Any] | None = None,
-) -> Task:
-    """A Task whose seed program is `GenerateProgram` with the default instructions for `language`
-    (assembled like the benchmark tasks, see `dspy_hero.tasks.benchmarks.build_task`)."""
-    from dspy_hero.tasks.benchmarks import build_task
-    from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
-
-    return build_task(
-        name=name, language=language, train=train, test=test, metric_factory=lambda: metric,
-        program_inputs=inputs, group_key=group_key, split_note=split_note,
-        extras={"builtin": True, **(extras or {})}, environment_options=environment_options,
-        instructions=SEED_INSTRUCTIONS[language],
-    )
 
 
 def builtin_sql_task(**kwargs: Any) -> Task:

@@ -582,7 +582,7 @@ def schema_with_rows(db_path: Path, rows: int = SAMPLE_ROWS) -> str:
     Why rows: a single-pass generator can only "check the sample values" if it sees some, as in the
     BIRD prompts that list example rows. They show the data, never what it means: no comment, no unit.
     """
-    from dspy_hero.execution.sqlite_probes import quote_identifier, schema_text
+    from dspy_hero.execution.sqlite_environment import quote_identifier, schema_text
 
     text = schema_text(db_path)
     if rows <= 0:
@@ -649,7 +649,7 @@ def builtin_conventions_task(
     """The conventions Task. The split is fixed by database; `split_seed` (or `data_seed`) draws the data;
     `sample_rows` example rows per table go into ``db_schema``."""
     from dspy_hero.metrics.sql import sql_execution_metric
-    from dspy_hero.tasks.builtin import make_task
+    from dspy_hero.tasks.builtin.task_builder import make_task
 
     seed = split_seed if data_seed is None else data_seed
     train, test = split_examples(conventions_examples(seed, directory, sample_rows))
@@ -736,7 +736,7 @@ def conventions_demo_task(
     by `demo_subset` on both sides (balanced over databases, mostly single-convention questions; see
     there why). ``single_share=0`` gives a plain balanced subset."""
     from dspy_hero.metrics.sql import sql_execution_metric
-    from dspy_hero.tasks.builtin import make_task
+    from dspy_hero.tasks.builtin.task_builder import make_task
 
     train, test = split_examples(conventions_examples(split_seed, directory, sample_rows))
     train = demo_subset(train, train_size, split_seed, single_share)

@@ -127,7 +127,7 @@ def builtin_cypher_task(
     its default engine.
     """
     from dspy_hero.metrics.cypher import cypher_execution_metric
-    from dspy_hero.tasks.builtin import make_task
+    from dspy_hero.tasks.builtin.task_builder import make_task
 
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")

@@ -837,7 +837,7 @@ def python_examples() -> list[dspy.Example]:
 def builtin_python_task(split_seed: int = 0, test_fraction: float = 1 / 3, **_: object) -> Task:
     """The built-in Python Task (unittest pass/fail through the sandbox)."""
     from dspy_hero.metrics.python import python_tests_metric
-    from dspy_hero.tasks.builtin import make_task
+    from dspy_hero.tasks.builtin.task_builder import make_task
 
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")

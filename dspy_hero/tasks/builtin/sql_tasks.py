@@ -217,7 +217,7 @@ QUESTIONS: tuple[tuple[str, str, str], ...] = (
 
 def sql_examples(directory: Path | None = None) -> list[dspy.Example]:
     """All built-in SQL examples, databases built on demand, in the order of `QUESTIONS`."""
-    from dspy_hero.execution.sqlite_probes import schema_text
+    from dspy_hero.execution.sqlite_environment import schema_text
 
     paths = ensure_databases(directory)
     schemas = {db_id: schema_text(path) for db_id, path in paths.items()}
@@ -262,7 +262,7 @@ def builtin_sql_task(
 ) -> Task:
     """The built-in text-to-SQL Task (BIRD set-equality semantics, seed program with the default prompt)."""
     from dspy_hero.metrics.sql import sql_execution_metric
-    from dspy_hero.tasks.builtin import make_task
+    from dspy_hero.tasks.builtin.task_builder import make_task
 
     examples = sql_examples(directory)
     train, test = split_within_groups(examples, "db_id", test_fraction, split_seed)

@@ -13,6 +13,7 @@ import sqlite3
 
 from dspy_hero.execution.base import Execution, ProbeResult
 from dspy_hero.execution.sqlite import SQLiteExecutor, read_only_uri
+from dspy_hero.text import extract_code
 
 __all__ = ["SQLiteEnvironment", "quote_identifier", "schema_text"]
 
@@ -253,8 +254,6 @@ class SQLiteEnvironment:
         return f"SQLiteEnvironment({self.db_path!r})"
 
     def execute(self, program: str) -> Execution:
-        from dspy_hero.metrics.base import extract_code
-
         return self.executor.run(extract_code(program, "sql"))
 
     def probes(self) -> dict[str, str]:

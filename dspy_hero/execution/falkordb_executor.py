@@ -1,4 +1,5 @@
-"""Cypher executors: the embedded FalkorDB engine (default) and Neo4j (when a server is configured).
+"""The embedded FalkorDB Cypher executor, the default engine; its Neo4j counterpart (used when a server is
+configured) is `neo4j_executor.Neo4jExecutor`.
 
 Both run one read-only query with a timeout and return an `Execution` whose cells are normalized the
 way CypherBench normalizes them (`to_plain` then `normalize_cell`: nodes become their property maps,
@@ -68,12 +69,10 @@ from dspy_hero.execution.base import (
 from dspy_hero.execution.cypher_common import BoundCypherExecutor, normalize_result, prepare_query, to_plain
 from dspy_hero.execution.cypher_graphs import GraphSource, quote_name, read_graph_source
 from dspy_hero.execution.falkordb_server import ServerLimits, ServerProcess, start_server
-from dspy_hero.execution.neo4j_executor import Neo4jExecutor
 
 __all__ = [
     "BoundCypherExecutor",
     "FalkorDBExecutor",
-    "Neo4jExecutor",
     "prepare_query",
     "to_plain",
 ]
@@ -516,13 +515,3 @@ class FalkorDBExecutor:
     def bound(self, graph: str) -> BoundCypherExecutor:
         """An `Executor` (``run(program)``) fixed to one graph."""
         return BoundCypherExecutor(self, graph)
-
-
-def __getattr__(name: str) -> Any:
-    # The environment and schema text live in cypher_probes (one job per file); re-exported here.
-    if name in ("CypherEnvironment", "graph_schema_text"):
-        from dspy_hero.execution import cypher_probes
-
-        return getattr(cypher_probes, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-

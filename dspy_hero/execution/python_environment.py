@@ -23,6 +23,7 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, RUNTIME, Execution, ProbeResult, failed
 from dspy_hero.execution.python import PythonSandbox
+from dspy_hero.text import extract_code
 
 __all__ = ["PythonEnvironment", "VisibleExample", "extract_examples"]
 
@@ -225,8 +226,6 @@ class PythonEnvironment:
     def execute(self, program: str) -> Execution:
         """Run the program (it defines the function) and then the visible examples, in one sandboxed
         process. ok only when the program loads and no example raises."""
-        from dspy_hero.metrics.base import extract_code
-
         code = extract_code(program, "python")
         if not code.strip():
             return failed(EMPTY_PROGRAM, "the program is empty")
@@ -264,8 +263,6 @@ class PythonEnvironment:
     # -- probes --------------------------------------------------------------------------------------
 
     def _probe_examples(self, argument: str) -> ProbeResult:
-        from dspy_hero.metrics.base import extract_code
-
         code = extract_code(argument, "python") if argument else self._last_program
         if not self.examples:
             return ProbeResult("run_examples", argument, "the prompt shows no runnable examples", ok=True)
@@ -276,8 +273,6 @@ class PythonEnvironment:
         return ProbeResult("run_examples", argument, execution.output or execution.describe(), ok=True)
 
     def _probe_snippet(self, argument: str) -> ProbeResult:
-        from dspy_hero.metrics.base import extract_code
-
         snippet = extract_code(argument, "python")
         if not snippet.strip():
             return ProbeResult("run_snippet", argument, "give a snippet to run, e.g. print(task_func([1, 2]))", ok=False)
