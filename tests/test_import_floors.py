@@ -38,9 +38,6 @@ SCRIPTED_IMPORTERS = {
 IMPORT_TIME_ENV_WRITERS = {
     "dspy_hero": "LITELLM_LOCAL_MODEL_COST_MAP must be set before litellm is first imported (through dspy), "
     "or litellm fetches its cost map from the network; the package's __init__ runs before any of its modules",
-    # Redundant copies of the line above (both modules import dspy_hero first); their owners remove them.
-    "dspy_hero.lm.local": "redundant copy of dspy_hero/__init__.py's default, to be deleted",
-    "dspy_hero.cli.app": "redundant copy of dspy_hero/__init__.py's default, to be deleted",
 }
 
 

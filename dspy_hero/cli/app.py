@@ -20,8 +20,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HERO for DSPy: optimize and refine program generation.")
 console = Console()
 

@@ -10,19 +10,15 @@ model twice reuses the running server instead of loading the weights again. The 
 documented default registry, `SERVERS`; pass your own `registry=` to scope servers to a block of code,
 or call `close_local_servers()` to stop them early. Every server also stops at interpreter exit.
 
-Offline by construction: litellm is told to use its bundled cost map (``LITELLM_LOCAL_MODEL_COST_MAP``)
-before anything imports it, the model is resolved from local files first, and the server only binds
+Offline by construction: litellm is told to use its bundled cost map (``LITELLM_LOCAL_MODEL_COST_MAP``,
+set by the package's ``__init__``) before anything imports it, the model is resolved from local files first, and the server only binds
 to 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import os
-
-# Must precede any litellm import, or litellm fetches its cost map from the network at import time.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import logging
+import os
 import re
 import threading
 from dataclasses import dataclass
