@@ -58,6 +58,7 @@ def python_tests_metric(
     timeout_s: float = 240.0,
     sandbox: PythonSandbox | None = None,
     reveal_expected: bool = False,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """BigCodeBench semantics: run ``code + "\\n" + test_code`` with unittest ``TestCases`` in a
     fresh sandboxed process; score 1 only with no failures and no errors; a timeout scores 0.
@@ -78,7 +79,7 @@ def python_tests_metric(
         return Verdict(1.0 if execution.ok else 0.0,
                        tests_feedback(execution, code, get_field(gold, "entry_point"), reveal_expected))
 
-    return ExecutionMetric(judge, "python_tests_metric", "python")
+    return ExecutionMetric(judge, "python_tests_metric", "python", prediction_field=prediction_field)
 
 
 def tests_feedback(execution: Execution, code: str, entry_point: str | None, reveal_expected: bool) -> str:
@@ -113,6 +114,7 @@ def ds_outputs_metric(
     timeout_s: float = 600.0,
     sandbox: PythonSandbox | None = None,
     reveal_expected: bool = False,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """DSCodeBench semantics: generate ``num_cases`` inputs with the test script's
     ``test_case_input_generator`` (seeds fixed at 42), apply the last top-level function of the
@@ -140,7 +142,7 @@ def ds_outputs_metric(
         report = _ds_report(execution, nonce)
         return _ds_verdict(execution, report, reveal_expected)
 
-    return ExecutionMetric(judge, "ds_outputs_metric", "python")
+    return ExecutionMetric(judge, "ds_outputs_metric", "python", prediction_field=prediction_field)
 
 
 def _ds_report(execution: Execution, nonce: str) -> dict[str, Any] | None:
