@@ -63,8 +63,10 @@ def hero(metric=None, **kw):
 
 def checks(tmp: Path, log: Records) -> list[tuple[str, Callable[[], str]]]:
     data = examples(tmp)
+    # the README's old advice: environment references marked as inputs (still allowed, never passed on)
+    marked = [ex.with_inputs("question", "db_schema", "db_path", "db_id") for ex in data]
 
-    def predict_no_env_inputs():
+    def predict_no_env_inputs(data=data):
         log.messages.clear()
         with dspy.context(lm=task_lm()):
             out = hero().compile(dspy.Predict("question, db_schema -> sql"), data)
@@ -81,7 +83,7 @@ def checks(tmp: Path, log: Records) -> list[tuple[str, Callable[[], str]]]:
 
     def custom_forward():
         with dspy.context(lm=task_lm()):
-            out = hero(sql_execution_metric(prediction_field="query")).compile(RenamedQuery(), data)
+            out = hero(sql_execution_metric(prediction_field="query")).compile(RenamedQuery(), marked)
         res = out.detailed_results
         assert res.rollout_errors == {} and RULE in out.gen.signature.instructions, res.rollout_errors
         return "forward(self, question, db_schema) with output 'query': no TypeError, rule adopted"
@@ -169,8 +171,9 @@ def checks(tmp: Path, log: Records) -> list[tuple[str, Callable[[], str]]]:
 
     return [
         ("2 Predict('question, db_schema -> sql') without environment inputs", predict_no_env_inputs),
+        ("2 Predict with db_path, db_id marked as inputs", lambda: predict_no_env_inputs(marked)),
         ("2 ChainOfThought", chain_of_thought),
-        ("2 custom forward(self, question, db_schema) + prediction_field='query'", custom_forward),
+        ("2 custom forward(self, question, db_schema), db_path marked, prediction_field='query'", custom_forward),
         ("2 pre-flight: outputs lack the metric's field", missing_field_preflight),
         ("2 pre-flight: gold_sql marked as an input", label_as_input),
         ("3 fail fast: program raises on every call", lambda: fail_fast(Raises(), expect="RuntimeError")),

@@ -67,13 +67,20 @@ def test_the_warning_listener_hears_dspy(dspy_log):
     assert not no_signature_warnings(dspy_log)  # the check below can fail
 
 
+def marked(data):
+    """The README's old advice: environment references marked as inputs too (still allowed)."""
+    return [ex.with_inputs("question", "db_schema", "db_path", "db_id") for ex in data]
+
+
+@pytest.mark.parametrize("mark", [False, True], ids=["env-unmarked", "env-marked"])
 @pytest.mark.parametrize("make", [
     lambda: dspy.Predict("question, db_schema -> sql"),
     lambda: dspy.ChainOfThought("question, db_schema -> sql"),
 ], ids=["Predict", "ChainOfThought"])
-def test_plain_dspy_programs_learn_without_environment_inputs_or_warnings(tmp_path, dspy_log, make):
+def test_plain_dspy_programs_learn_without_environment_inputs_or_warnings(tmp_path, dspy_log, make, mark):
     seen: list = []
-    out, res, _ = compile_(make(), examples(tmp_path), seen=seen)
+    data = marked(examples(tmp_path)) if mark else examples(tmp_path)
+    out, res, _ = compile_(make(), data, seen=seen)
     assert res.rollout_errors == {}
     assert no_signature_warnings(dspy_log)
     # the LM saw only the signature's inputs, never db_path / db_id / gold_sql
@@ -83,7 +90,7 @@ def test_plain_dspy_programs_learn_without_environment_inputs_or_warnings(tmp_pa
 
 
 def test_multi_predictor_module_with_custom_forward(tmp_path, dspy_log):
-    out, res, _ = compile_(PlanThenWrite(), examples(tmp_path), max_metric_calls=300)
+    out, res, _ = compile_(PlanThenWrite(), marked(examples(tmp_path)), max_metric_calls=300)
     assert res.rollout_errors == {} and no_signature_warnings(dspy_log)
     assert {r.predictor for r in res.rounds} == {"plan", "write"}
     assert RULE in out.write.signature.instructions
