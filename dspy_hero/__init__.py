@@ -10,9 +10,9 @@ Names are imported lazily so `import dspy_hero` stays cheap and optional engines
 
 from __future__ import annotations
 
-import importlib
 import os
-from typing import Any
+
+from dspy_hero.lazy import lazy_exports
 
 # litellm otherwise fetches its model cost map from the network when first imported; dspy-hero must
 # work offline (embedded local model), so default to the copy litellm ships. A user's own value wins.
@@ -42,10 +42,4 @@ _EXPORTS = {
     "scripted_lm": "dspy_hero.lm.scripted",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'dspy_hero' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,5 +1,6 @@
-"""The `hero` command, end to end on the built-in SQL task with the scripted simulation (real SQLite,
-real HERO-O / HERO-T loops, scripted LMs), plus the clear one-line errors a user can cause."""
+"""The `hero demo` end to end on the conventions task with its scripted simulation (real SQLite, real
+HERO-O / HERO-T loops, scripted LMs) at the demo's own default budget, the other commands on the
+built-in SQL task, plus the clear one-line errors a user can cause."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from dspy_hero.cli.app import app
+from dspy_hero.cli.app import DEMO_MAX_METRIC_CALLS, DEMO_TEST_LIMIT, app
 
 runner = CliRunner()
 
@@ -20,38 +21,68 @@ def said(result) -> str:
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
+    """`hero demo --lm simulated` with every other option at its default (the budget the real demo uses)."""
     out = tmp_path_factory.mktemp("demo")
-    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
-                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
 
 
-def test_demo_writes_a_complete_report(demo_dir):
+def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its_held_out_counts(demo_dir):
+    from dspy_hero.bench.conventions_world import CONVENTION_SKILLS
+
     out, output = demo_dir
     for name in ("results.json", "report.md", "accuracy.png", "fix_to_break.png", "hero_o_program.json",
                  "hero_o_result.json", "eval_seed.json", "eval_hero_o.json", "eval_hero_o_hero_t.json"):
         assert (out / name).exists(), name
     data = json.loads((out / "results.json").read_text())
+    assert data["notes"][0].startswith("task: builtin-conventions-demo;")
     rows = {r["method"]: r for r in data["rows"]}
     assert set(rows) == {"seed prompt", "HERO-O", "HERO-O + HERO-T"}
-    assert all(r["n"] == 20 for r in rows.values())
+    assert DEMO_TEST_LIMIT >= 20 and all(r["n"] == DEMO_TEST_LIMIT for r in rows.values())
     hero = data["hero_o"]
-    assert hero["total_metric_calls"] <= 300
-    # In the simulation the seed prompt lacks every rule, so HERO-O can only gain by adopting some.
-    assert rows["HERO-O"]["pass_at_1"] >= rows["seed prompt"]["pass_at_1"]
-    assert hero["adopted_fixes"] >= hero["adopted_breaks"]
+    assert hero["budget"] == DEMO_MAX_METRIC_CALLS
+    assert hero["total_metric_calls"] <= DEMO_MAX_METRIC_CALLS  # pre-flight calls included
+    # the simulated seed prompt has no convention rule; at the default budget one rule passes the sound test
+    assert hero["lineage"], "the simulated demo adopted nothing at its default budget"
+    adopted = [c for r in hero["rounds"] for c in r["candidates"] if c["status"] == "adopted"]
+    rules = {s.rule for s in CONVENTION_SKILLS}
+    assert adopted and all(c["edit"][len("ADD: "):] in rules for c in adopted)
+    assert rows["HERO-O"]["pass_at_1"] > rows["seed prompt"]["pass_at_1"]
+    # the table's fixes:breaks vs seed are the paired counts of the evaluation files
+    seed, tuned = (json.loads((out / f"eval_{n}.json").read_text())["outcomes"] for n in ("seed", "hero_o"))
+    fixes = sum(t["score"] > s["score"] for s, t in zip(seed, tuned))
+    breaks = sum(t["score"] < s["score"] for s, t in zip(seed, tuned))
+    assert rows["HERO-O"]["vs_seed"] == f"{fixes}:{breaks}" and fixes > breaks and rows["seed prompt"]["vs_seed"] is None
+    # every adopted rule is printed with its in-sample and held-out counts, in the terminal and in report.md
+    text, md = said(type("R", (), {"output": output})), (out / "report.md").read_text()
+    assert "HERO-O's adopted rules" in text and "## HERO-O's adopted rules" in md
+    for row, cand in zip(hero["lineage"], adopted):
+        held, ins = row["held_out"], row["in_sample"]
+        cells = f"{ins['fixes']}:{ins['breaks']} of {ins['n']} | {held['fixes']}:{held['breaks']} of {held['n']}"
+        assert f"| {row['round']} | {cand['edit']} | {cells} |" in md
+        assert f"{held['fixes']}:{held['breaks']} of {held['n']}" in text and cand["edit"][:20] in text
+    for stage in ("stage 1/4 seed prompt", "stage 2/4 HERO-O: optimizing", "stage 3/4 HERO-O", "stage 4/4 HERO-O + HERO-T"):
+        assert stage in text, stage
     assert not [n for n in data["notes"] if "raised" in n], data["notes"]  # HERO-T reached its environments
-    assert "HERO-O" in output and "pass@1" in output
+
+
+def test_demo_can_run_another_task(tmp_path):
+    out = tmp_path / "sql"
+    result = runner.invoke(app, ["demo", "--task", "builtin-sql", "--lm", "simulated", "--out", str(out),
+                                 "--max-metric-calls", "40", "--test-limit", "4"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["notes"][0].startswith("task: builtin-sql;") and all(r["n"] == 4 for r in data["rows"])
 
 
 def test_demo_resumes_without_redoing_finished_stages(demo_dir):
     out, _ = demo_dir
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")}
-    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out), "--max-metric-calls", "300",
-                                 "--rounds", "5", "--candidates", "4", "--test-limit", "20"])
+    result = runner.invoke(app, ["demo", "--lm", "simulated", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("eval_*.json")} == before
+    assert "already evaluated" in said(result) and "already optimized" in said(result)
 
 
 def test_report_rerenders(demo_dir):
@@ -86,7 +117,7 @@ def test_unreachable_lm_is_a_clear_error_before_any_budget(tmp_path, monkeypatch
 
 def test_report_without_a_run_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["report", "--out", str(tmp_path)])
-    assert result.exit_code == 2 and "no results.json" in said(result)
+    assert result.exit_code == 2 and "no evaluations (eval_*.json), HERO-O result" in said(result)
 
 
 def test_tasks_lists_the_registry():
@@ -220,3 +251,97 @@ def test_default_run_directories_are_per_task(tmp_path, monkeypatch):
         result = runner.invoke(app, ["evaluate", "--task", task, "--lm", "simulated", "--limit", "1"])
         assert result.exit_code == 0, result.output
         assert (tmp_path / "hero_runs" / task / "evaluate" / "eval_seed.json").exists()
+
+
+def optimize_args(out, *extra):
+    return ["optimize", "--task", "builtin-sql", "--lm", "simulated", "--rounds", "2", "--candidates", "2",
+            "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def optimize_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("optimize")
+    result = runner.invoke(app, optimize_args(out, "--max-metric-calls", "60"))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_a_changed_configuration_on_an_existing_out_is_refused(optimize_dir, tmp_path):
+    program = (optimize_dir / "hero_o_program.json").read_text()
+    bigger = runner.invoke(app, optimize_args(optimize_dir, "--max-metric-calls", "90"))
+    assert bigger.exit_code == 2, bigger.output
+    assert "--max-metric-calls 60 -> 90" in said(bigger) and "another --out" in said(bigger)
+    for changed, shown in ((["--max-metric-calls", "60", "--seed", "1"], "--seed 0 -> 1"),
+                           (["--auto", "light"], "--auto None -> 'light'")):
+        result = runner.invoke(app, optimize_args(optimize_dir, *changed))
+        assert result.exit_code == 2 and shown in said(result), result.output
+    assert (optimize_dir / "hero_o_program.json").read_text() == program  # the old run is untouched
+    same = runner.invoke(app, optimize_args(optimize_dir, "--max-metric-calls", "60", "--threads", "2"))
+    assert same.exit_code == 0, same.output  # the recorded settings (threads change no result) resume
+    fresh = runner.invoke(app, optimize_args(tmp_path / "new", "--max-metric-calls", "90"))
+    assert fresh.exit_code == 0, fresh.output
+    assert json.loads((tmp_path / "new" / "hero_o_result.json").read_text())["budget"] == 90
+
+
+def test_auto_with_max_metric_calls_is_an_error_before_anything_runs(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, optimize_args(out, "--auto", "light", "--max-metric-calls", "40"))
+    assert result.exit_code == 2, result.output
+    assert "--auto light and --max-metric-calls 40 both set the budget" in said(result)
+    assert not out.exists()
+
+
+def test_settings_of_a_stage_that_never_ran_do_not_block_a_corrected_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:9")
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    out = tmp_path / "run"
+    failed = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "openai/no-such-model", "--limit", "1",
+                                 "--out", str(out)])
+    assert failed.exit_code == 2 and "cannot be reached" in said(failed)
+    fixed = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "1", "--out", str(out)])
+    assert fixed.exit_code == 0, fixed.output
+    other_lm = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "openai/no-such-model", "--limit", "1",
+                                   "--out", str(out)])
+    assert other_lm.exit_code == 2 and "--lm 'simulated' -> 'openai/no-such-model'" in said(other_lm)
+    wider = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "2", "--out", str(out)])
+    assert wider.exit_code == 0, wider.output  # --limit is checked by the evaluation cache: re-evaluated
+    assert len(json.loads((out / "eval_seed.json").read_text())["outcomes"]) == 2
+
+
+def test_report_renders_an_optimize_directory(optimize_dir):
+    result = runner.invoke(app, ["report", "--out", str(optimize_dir)])
+    assert result.exit_code == 0, result.output
+    hero = json.loads((optimize_dir / "hero_o_result.json").read_text())
+    md = (optimize_dir / "report.md").read_text()
+    assert "## HERO-O rounds" in md and md.count("\n| 1 | generate |") == 1
+    assert f"{hero['total_metric_calls']}/{hero['budget']} metric calls" in md
+    assert hero["final_instructions"]["generate"] in md
+    assert (optimize_dir / "fix_to_break.png").stat().st_size > 1000
+    assert not (optimize_dir / "accuracy.png").exists()  # nothing was evaluated there
+    assert f"{len(hero['rounds'])} rounds" in said(result)
+
+
+@pytest.mark.parametrize("command, name", [("evaluate", "seed"), ("refine", "seed_refined")])
+def test_report_renders_evaluate_and_refine_directories(tmp_path, command, name):
+    out = tmp_path / command
+    ran = runner.invoke(app, [command, "--task", "builtin-sql", "--lm", "simulated", "--limit", "2", "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    result = runner.invoke(app, ["report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / f"eval_{name}.json").read_text())
+    data = json.loads((out / "results.json").read_text())
+    assert [r["method"] for r in data["rows"]] == [{"seed": "seed prompt"}.get(name, name)]
+    assert data["rows"][0]["pass_at_1"] == saved["pass_at_1"] and data["rows"][0]["n"] == 2
+    assert data["notes"][0] == "task: builtin-sql"
+    assert (out / "accuracy.png").stat().st_size > 1000 and "pass@1" in (out / "report.md").read_text()
+    assert not (out / "fix_to_break.png").exists()
+
+
+def test_report_of_a_demo_directory_rebuilds_from_its_stage_files(demo_dir):
+    out, _ = demo_dir
+    before = json.loads((out / "results.json").read_text())
+    (out / "results.json").unlink()
+    result = runner.invoke(app, ["report", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    after = json.loads((out / "results.json").read_text())
+    assert after["rows"] == before["rows"] and "## HERO-O rounds" in (out / "report.md").read_text()

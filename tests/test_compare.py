@@ -18,6 +18,7 @@ from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks, paired_boots
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[1]
+NO_OPTUNA = "dspy.MIPROv2 needs optuna, from the 'mipro' extra: python -m pip install -e '.[mipro]'"
 spec = importlib.util.spec_from_file_location("hero_benchmarks_compare", ROOT / "benchmarks" / "compare.py")
 compare = importlib.util.module_from_spec(spec)
 sys.modules["hero_benchmarks_compare"] = compare  # dataclasses need the module registered
@@ -72,6 +73,7 @@ def sim_run(spider_fixture, tmp_path_factory):
 
 
 def test_simulate_writes_json_markdown_and_plots_for_every_method(sim_run):
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
     out, data = sim_run
     assert list(data["methods"]) == list(METHODS)
     saved = json.loads((out / "results.json").read_text())
@@ -292,6 +294,7 @@ def test_python_task_through_the_harness(tmp_path):
 def test_mipro_plan_matches_miprov2_own_eval_count(budget):
     """The plan's expected rollouts are MIPROv2's own count of evaluations (default program, minibatch
     trials and every full evaluation, including the one after a last partial block of trials)."""
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
     from dspy_hero.tasks.programs import GenerateProgram
 
     def task(req):

@@ -247,9 +247,23 @@ def test_trivial_answers_are_recognised():
 
 @pytest.fixture(scope="module")
 def demo_task(cache):
-    task = ct.conventions_demo_task(train_size=84, test_size=24, directory=cache)
+    task = ct.conventions_demo_task(directory=cache)
     yield task
     task.close()
+
+
+def test_demo_subset_favours_single_convention_questions_over_every_database(demo_task, cache):
+    train, test = demo_task.train, demo_task.test
+    assert len(train) == ct.DEMO_TRAIN_SIZE and len(test) == ct.DEMO_TEST_SIZE >= 20
+    assert set(Counter(ex.db_id for ex in train).values()) == {ct.DEMO_TRAIN_SIZE // 7}
+    assert len({ex.db_id for ex in test[:5]}) == 5  # interleaved: any --test-limit prefix covers every database
+    singles = sum(len(ex.conventions) == 1 for ex in train)
+    assert singles >= 0.5 * len(train) and any(len(ex.conventions) > 1 for ex in train)
+    plain = ct.conventions_demo_task(directory=cache, single_share=0.0)
+    try:
+        assert sum(len(ex.conventions) == 1 for ex in plain.train) < singles - 20
+    finally:
+        plain.close()
 
 
 def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_task):
@@ -283,7 +297,9 @@ def test_world_reflection_names_the_missing_conventions_and_adds_their_rules(dem
     from dspy_hero.lm.scripted import ScriptedRequest
 
     world = ConventionsWorld.from_examples(demo_task.train + demo_task.test)
-    failing = [ex for ex in demo_task.train if "soft_delete" in ex.conventions][:3]
+    # soft deletion is what all three lack, and the most cited; F1 needs it alone
+    failing = [ex for ex in demo_task.train if ex.conventions == ("soft_delete",)][:2]
+    failing += [ex for ex in demo_task.train if "soft_delete" in ex.conventions and len(ex.conventions) > 1][:1]
     evidence = "\n\n".join(f"### Case F{i} (FAILED, score 0.00)\nInputs:\n  question: {ex.question}"
                            for i, ex in enumerate(failing, 1))
     soft_rule = next(s.rule for s in CONVENTION_SKILLS if s.name == "soft_delete")
@@ -313,21 +329,49 @@ def test_world_refuses_other_tasks():
 
 
 def test_simulated_hero_o_learns_convention_rules_that_transfer_to_unseen_databases(demo_task, tmp_path):
-    """The demo in miniature: HERO-O, with the scripted LMs, adopts general convention rules on the
-    optimization databases and gains on the evaluation databases it never saw."""
+    """The demo in miniature: HERO-O, with the scripted LMs and the sound acceptance test (exact sign
+    test at acceptance_alpha / (T * K), unsettled = rejected), adopts general convention rules on
+    the optimization databases and gains on the evaluation databases it never saw; the tempting
+    harmful rule ("end every query with LIMIT 1") is proposed and never adopted.
+
+    Why it runs on `conventions_demo_task`'s subset (112 optimization questions, mostly hinging on one
+    convention; see `demo_subset`): on the old 84-question balanced subset most questions touched
+    several conventions, so one right rule alone fixed 1 to 4 of 48 update pairs and the test (about
+    8 fixes and no break at level 0.004) rightly adopted nothing. The acceptance settings are the
+    loop's defaults; nothing here is loosened."""
     import json
 
     from dspy_hero.bench.conventions_world import CONVENTION_SKILLS, conventions_simulated_lms
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
-    lm, reflection, _ = conventions_simulated_lms(demo_task.train + demo_task.test)
-    config = RunConfig(out_dir=tmp_path, max_metric_calls=600, num_rounds=5, num_candidates=4, test_limit=24,
+    lm, reflection, world = conventions_simulated_lms(demo_task.train + demo_task.test)
+    config = RunConfig(out_dir=tmp_path, max_metric_calls=600, num_rounds=5, num_candidates=4, test_limit=20,
                        refine_only_failing=True)
     rows = {r.method: r for r in StagedRun(demo_task, lm, reflection, config).run_all()["rows"]}
-    assert rows["HERO-O"].pass_at_1 > rows["seed prompt"].pass_at_1
+    assert rows["HERO-O"].pass_at_1 >= rows["seed prompt"].pass_at_1 + 0.15  # on the evaluation databases
+    hero = json.loads((tmp_path / "hero_o_result.json").read_text())
+    rules = {s.rule for s in CONVENTION_SKILLS}
+    adopted = [c for r in hero["rounds"] for c in r["candidates"] if c["status"] == "adopted"]
+    assert adopted and hero["lineage"]
+    for cand in adopted:  # every adopted edit adds one of the general convention rules
+        assert cand["edit"].startswith("ADD: ") and cand["edit"][len("ADD: "):] in rules, cand["edit"]
+        assert cand["decision"]["accepted"] and cand["decision"]["breaks"] == 0
+    proposed = [c["edit"] for r in hero["rounds"] for c in r["candidates"]]
+    assert any(world.spec.harmful_rule in e for e in proposed)  # it was offered ...
+    final = hero["final_instructions"]["generate"]
+    assert world.spec.harmful_rule not in final  # ... and refused
+    assert not any(world.spec.harmful_rule in c["edit"] for c in adopted)
+    assert sum(rule in final for rule in rules) >= 1
     program = json.loads((tmp_path / "hero_o_program.json").read_text())
-    instructions = program["generate"]["signature"]["instructions"]
-    assert any(s.rule in instructions for s in CONVENTION_SKILLS)
+    assert program["generate"]["signature"]["instructions"] == final
+    # transfer: on the evaluation databases the adopted rules fix questions and break none
+    seed, tuned = (json.loads((tmp_path / f"eval_{n}.json").read_text())["outcomes"] for n in ("seed", "hero_o"))
+    assert len(seed) == len(tuned) == 20 and [o["index"] for o in seed] == [o["index"] for o in tuned]
+    fixes = sum(t["score"] > s["score"] for s, t in zip(seed, tuned))
+    breaks = sum(t["score"] < s["score"] for s, t in zip(seed, tuned))
+    assert fixes >= 3 and breaks == 0, (fixes, breaks)
+    # and on the selection pool, which decided none of them
+    assert hero["held_out_fixes"] > hero["held_out_breaks"]
 
 
 def test_ties_at_a_top_k_boundary_are_detected():

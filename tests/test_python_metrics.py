@@ -181,3 +181,12 @@ def test_ds_feedback_hides_expected_unless_asked():
     assert "expected output there: array(" in loud.feedback
     with pytest.raises(ValueError):
         ds_outputs_metric(num_cases=0)
+
+
+def test_ds_set_order_is_the_same_in_both_processes(ds_metric):
+    """The candidate and the judge are two processes: with str hashing randomised per process, a
+    function returning list(set(words)) would differ from itself; both runs share one hash seed."""
+    gt = "def uniq(words):\n    return list(set(words))\n"
+    script = ("import random\n\ndef test_case_input_generator(n=200):\n"
+              "    return [([random.choice('abcdefghij') * random.randint(1, 4) for _ in range(8)],) for _ in range(n)]\n")
+    assert ds_metric(_ds(gt, script), dspy.Prediction(code=gt)).score == 1.0

@@ -12,7 +12,14 @@ import time
 import pytest
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, RESOURCE, RUNTIME, SYNTAX, TIMEOUT
-from dspy_hero.execution.python import SANDBOX_UID, TESTS_FAILED, PythonSandbox, _hand_over, find_bwrap
+from dspy_hero.execution.python import (
+    SANDBOX_UID,
+    TESTS_FAILED,
+    PythonSandbox,
+    _hand_over,
+    find_bwrap,
+    is_sandbox_uid,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox layers need Linux")
 
@@ -92,7 +99,7 @@ def test_run_dir_is_private_to_its_owner_without_root():
         os.chmod(base, 0o777)
         if os.getuid() != 0:
             run_dir = tempfile.mkdtemp(dir=base)
-            _hand_over(run_dir)
+            _hand_over(run_dir, None)
             others = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
         else:
             pid = os.fork()
@@ -102,7 +109,7 @@ def test_run_dir_is_private_to_its_owner_without_root():
                     os.setgid(SANDBOX_UID)
                     os.setuid(SANDBOX_UID)
                     run_dir = tempfile.mkdtemp(dir=base)
-                    _hand_over(run_dir)
+                    _hand_over(run_dir, None)
                     bits = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
                 finally:
                     os._exit(bits)
@@ -135,11 +142,17 @@ def test_clean_environment_hides_host_variables(sandbox, monkeypatch):
     assert cwd == home  # HOME is the run's own temp dir
 
 
-def test_runs_as_uid_65534_when_root(sandbox):
-    result = sandbox.run("import os\nprint(os.getuid(), os.geteuid())")
-    assert result.ok, result
-    if os.getuid() == 0 or sandbox.layer == "bwrap":
-        assert result.output.split() == ["65534", "65534"]
+def test_each_run_has_a_uid_of_its_own(sandbox):
+    """Runs never share a uid (no signals between runs, no shared RLIMIT_NPROC quota), and never run
+    as root or as this user when this user is root."""
+    uids = set()
+    for _ in range(3):
+        result = sandbox.run("import os\nprint(os.getuid(), os.geteuid(), os.getgid())")
+        assert result.ok, result
+        uid, euid, gid = (int(x) for x in result.output.split())
+        assert uid == euid == gid and is_sandbox_uid(uid) and uid != 0
+        uids.add(uid)
+    assert len(uids) == 3
 
 
 def test_fresh_temp_dir_per_run(sandbox):
@@ -251,21 +264,22 @@ def test_docker_command_construction():
                  "--cap-drop ALL", "--rm", "-i", "--pull never", "no-new-privileges"):
         assert flag in joined, flag
     assert any(a.startswith("/sandbox:") and "size=" in a for a in argv)  # tmpfs work dir
+    assert any(a.startswith("/dev/shm:") and "size=" in a for a in argv)  # size-limited /dev/shm
     assert argv[argv.index("--workdir") + 1] == "/sandbox"
     image_at = argv.index("python:3.11-slim")
     assert argv[image_at + 1: image_at + 4] == ["python", "-I", "-c"]
-    assert argv[-1] == "--payload"
+    assert argv[-1].startswith('"""The first code that runs inside a Python sandbox')  # the boot source
     envs = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
     assert "HOME=/sandbox" in envs and not any(e.startswith("HERO_") for e in envs)
 
 
 def test_docker_payload_boot_path_runs_without_docker():
-    """The boot code's stdin-payload mode (what the docker layer uses), run by a plain interpreter in
-    an empty world-writable dir, as the container would run it."""
+    """The boot code run by a plain interpreter with its whole run on stdin, as a container would run
+    it (uid 65534, an empty world-writable work dir), and its verdict read from its own stdout."""
     import subprocess
-    import tempfile
 
-    from dspy_hero.execution.python import _BOOT_SOURCE_PATH, _interpret
+    from dspy_hero.execution.python import _BOOT_SOURCE_PATH
+    from dspy_hero.execution.sandbox_verdict import interpret
 
     # as root the boot drops to uid 65534, which must be able to read the interpreter's stdlib
     python = "/usr/bin/python3" if os.getuid() == 0 else sys.executable
@@ -274,21 +288,28 @@ def test_docker_payload_boot_path_runs_without_docker():
     workdir = tempfile.mkdtemp(prefix="hero-payload-test-")
     os.chmod(workdir, 0o777)
     try:
-        nonce = "@@hero-test-nonce@@"
-        program = ("def f():\n    return 2\n\nimport unittest\nclass TestCases(unittest.TestCase):\n"
-                   "    def test_f(self):\n        self.assertEqual(f(), 2)\n")
-        cfg = {"nonce": nonce, "mode": "unittest", "main": os.path.join(workdir, "main.py"), "memory_mb": 1024,
-               "max_processes": 32, "sys_path": [], "uid": 65534, "unshare_net": False,
-               "files": {"main.py": program}, "stdin_text": ""}
+        token = "@@hero-test-token@@"
+        program = "def f():\n    return 2\nprint('program output')\n"
+        tests = "import unittest\nclass TestCases(unittest.TestCase):\n    def test_f(self):\n        self.assertEqual(f(), 2)\n"
+        cfg = {"token": token, "mode": "unittest", "program": program, "tests": tests, "workdir": workdir,
+               "memory_mb": 1024, "max_processes": 32, "sys_path": [], "uid": SANDBOX_UID, "stdin_text": ""}
         body = repr(cfg).encode()
         proc = subprocess.run(
-            [python, "-I", "-S", "-c", _BOOT_SOURCE_PATH.read_text(), "--payload"],
+            [python, "-I", "-S", "-c", _BOOT_SOURCE_PATH.read_text()],
             input=str(len(body)).encode() + b"\n" + body, capture_output=True, cwd=workdir, timeout=60,
             env={"PATH": "/usr/bin:/bin"}, check=False,
         )
-        result = _interpret(proc.stdout, nonce, proc.returncode, False, False, 0.1, 60, "docker", "unittest", 10_000)
+        assert b"program output" in proc.stderr and b"program output" not in proc.stdout
+        result = interpret(proc.stderr, proc.stdout, token, proc.returncode, False, False, 0.1, 60, "docker",
+                           "unittest", 10_000)
         assert result.ok and result.details["tests_run"] == 1, (result, proc.stderr[-500:])
+        assert not os.path.exists(os.path.join(workdir, "tests.py"))  # the tests never touch the disk
     finally:
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_hash_seed_fixes_set_order_across_runs(sandbox):
+    code = "print(list({'alpha', 'beta', 'gamma', 'delta', 'epsilon', 'zeta'}))"
+    seeded = {sandbox.run(code, hash_seed=1234).output for _ in range(3)}
+    assert len(seeded) == 1 and "alpha" in seeded.pop()
+    assert sandbox.run("import sys\nprint('' in sys.path, '.' in sys.path)", hash_seed=7).output.split() == ["False", "False"]

@@ -164,10 +164,11 @@ def test_timeout_stops_runaway_query(db):
 
 def test_watchdog_interrupts_without_progress_handler(db):
     """The backstop alone (no progress handler) stops a long query."""
-    from dspy_hero.execution.sqlite import _WATCHDOG
+    from dspy_hero.execution.sqlite import Watchdog
 
+    watchdog = Watchdog()
     conn = sqlite3.connect(db)
-    token = _WATCHDOG.watch(conn, time.monotonic() + 0.2)
+    token = watchdog.watch(conn, time.monotonic() + 0.2)
     start = time.monotonic()
     try:
         with pytest.raises(sqlite3.OperationalError, match="interrupt"):
@@ -175,7 +176,7 @@ def test_watchdog_interrupts_without_progress_handler(db):
                 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
             ).fetchall()
     finally:
-        _WATCHDOG.unwatch(token)
+        watchdog.unwatch(token)
         conn.close()
     assert time.monotonic() - start < 3.0
 

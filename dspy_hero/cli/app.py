@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -24,7 +25,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="HERO for DSPy: optimize and refine program generation.")
 console = Console()
 
-DEMO_TASK = "builtin-sql"
+DEMO_TASK = "builtin-conventions-demo"
 
 
 class UserError(Exception):
@@ -38,10 +39,14 @@ def resolve_lms(spec: str, reflection_spec: Optional[str], task) -> tuple[Any, A
     an LM whose SQL is right only when the instructions carry the needed rule, and a reflector that
     proposes such rules (and a tempting harmful one) — it exercises HERO's mechanics, not a model."""
     if spec == "simulated":
+        from dspy_hero.bench.conventions_world import conventions_simulated_lms
         from dspy_hero.bench.simulate import simulated_lms
 
+        # the conventions task has its own world: its task LM ignores the conventions it has no rule for
+        make = conventions_simulated_lms if task.name.startswith("builtin-conventions") else \
+            (lambda examples: simulated_lms(examples, language=task.language))
         try:
-            task_lm, reflection, _ = simulated_lms(task.train + task.test, language=task.language)
+            task_lm, reflection, _ = make(task.train + task.test)
         except (KeyError, ValueError) as exc:
             raise UserError(f"--lm simulated cannot simulate task {task.name!r}: {exc}") from exc
         return task_lm, reflection
@@ -101,18 +106,71 @@ def default_out(task_name: str, command: str) -> Path:
     return Path("hero_runs") / task_name.replace("/", "_") / command
 
 
-def claim_run_dir(out: Path, task_name: str) -> None:
-    """A run directory holds one task's run: resuming another task's HERO-O log, program or evaluations
-    there would mix two tasks' results, so a second task is refused (the first claims it)."""
+def claim_run_dir(out: Path, task_name: str, stages: dict[str, dict[str, Any]] | None = None) -> None:
+    """A run directory holds one task's run under one configuration.
+
+    Resuming another task's HERO-O log, program or evaluations there would mix two tasks' results, so a
+    second task is refused (the first claims it). Likewise each stage's settings that change its result
+    and that its cached files cannot tell apart (HERO-O's budget, rounds, LMs, seed; an evaluation's LM)
+    are recorded, and once that stage has written anything a re-run with other values is refused:
+    otherwise its finished (or half-journaled) work would silently stand for a configuration that never
+    ran. Settings the caches check themselves (--limit, --program, --refine-all) are not recorded:
+    changing them re-runs the stage.
+    """
     marker = out / "task.json"
+    stages = stages or {}
+    claimed: dict[str, Any] = {"task": task_name, "stages": {}}
     if marker.exists():
-        owner = json.loads(marker.read_text()).get("task")
+        claimed = json.loads(marker.read_text())
+        claimed.setdefault("stages", {})
+        owner = claimed.get("task")
         if owner != task_name:
             raise UserError(f"{str(out)!r} holds a run of task {owner!r}, not {task_name!r}; pass another --out")
-        return
+        for stage, settings in stages.items():
+            before = claimed["stages"].get(stage)
+            if before is None or not _stage_started(out, stage):
+                continue  # nothing was bought under the recorded settings (say, the LM never answered)
+            changed = [f"{_option(k)} {before.get(k)!r} -> {settings.get(k)!r}"
+                       for k in sorted(set(before) | set(settings)) if before.get(k) != settings.get(k)]
+            if changed:
+                raise UserError(
+                    f"{str(out)!r} holds a {stage} run made with other settings ({'; '.join(changed)}); "
+                    f"its results would be reused as if made with the new ones. Pass another --out for the new "
+                    f"settings, or repeat the recorded ones to resume")
+        if all(claimed["stages"].get(stage) == settings for stage, settings in stages.items()):
+            return
     from dspy_hero.cli.report import write_json_atomic
 
-    write_json_atomic(marker, {"task": task_name})
+    claimed["stages"] = {**claimed["stages"], **stages}
+    write_json_atomic(marker, claimed)
+
+
+STAGE_FILES = {"hero_o": ("hero_o_program.json", "hero_o_log"), "evaluate": ("eval_*.json",)}
+
+
+def _stage_started(out: Path, stage: str) -> bool:
+    return any(any(out.glob(pattern)) for pattern in STAGE_FILES[stage])
+
+
+def _option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def hero_o_settings(lm: str, reflection_lm: Optional[str], auto: Optional[str], max_metric_calls: Optional[int],
+                    rounds: int, candidates: int, seed: int, data: Optional[Path] = None) -> dict[str, Any]:
+    """What a finished HERO-O stage was bought with (the effective budget: no option means auto=light)."""
+    return {"lm": lm, "reflection_lm": reflection_lm or lm,
+            "auto": auto if auto or max_metric_calls is not None else "light", "max_metric_calls": max_metric_calls,
+            "rounds": rounds, "candidates": candidates, "seed": seed, "data": _data_key(data)}
+
+
+def eval_settings(lm: str, data: Optional[Path] = None) -> dict[str, Any]:
+    """What cached evaluations depend on beyond their own fingerprint (task, examples, program)."""
+    return {"lm": lm, "data": _data_key(data)}
+
+
+def _data_key(data: Optional[Path]) -> Optional[str]:
+    return str(data.resolve()) if data is not None else None
 
 
 @contextmanager
@@ -128,12 +186,14 @@ def progress_bars():
 
 def print_rows(rows, title: str) -> None:
     table = Table(title=title)
-    for col in ("method", "pass@1", "n", "rollouts", "fix:break", "LM calls", "tokens", "wall (s)"):
+    for col in ("method", "pass@1", "n", "fixes:breaks vs seed", "rollouts", "in-sample fix:break", "LM calls",
+                "tokens", "wall (s)"):
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
         ftb = r.fix_break or "—"
-        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), "—" if r.rollouts is None else str(r.rollouts),
-                      ftb, str(r.lm_calls), str(r.tokens), f"{r.wall_s:.1f}")
+        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), r.vs_seed or "—",
+                      "—" if r.rollouts is None else str(r.rollouts), ftb, str(r.lm_calls), str(r.tokens),
+                      f"{r.wall_s:.1f}")
     console.print(table)
 
 
@@ -155,45 +215,87 @@ def _run(fn, *args, **kwargs) -> Any:
 
 # -- commands -------------------------------------------------------------------------------------
 
+# The demo's defaults, sized for the local 1.5B model on an idle 2-core laptop (<= 8 minutes at ~3 s
+# a rollout, i.e. ~160 rollouts of wall time, of which ~40 are kept for starting the model and the
+# reflection calls): HERO-O's 60 rollouts (one preflight, a small diagnosis batch, one candidate's
+# paired test on ~20 update pairs, the selection pool) + 3 x 20 held-out evaluations = ~120.
+# One round with one candidate: the sound test's level is acceptance_alpha / (T * K), so every extra
+# round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
+DEMO_MAX_METRIC_CALLS = 60
+DEMO_ROUNDS = 1
+DEMO_CANDIDATES = 1
+DEMO_TEST_LIMIT = 20
+DEMO_OPTIMIZER_ARGS = {"num_failing_cases": 6, "num_passing_cases": 2}  # an 8-case diagnosis batch
+
+
 @app.command()
 def demo(
     out: Path = typer.Option(Path("hero_runs/demo"), help="Run directory (re-run to resume)."),
+    task: str = typer.Option(DEMO_TASK, help="Registered task to demo (see `hero tasks`), e.g. builtin-sql."),
     lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b', 'simulated' or a litellm model string."),
     reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
-    max_metric_calls: int = typer.Option(30, help="HERO-O rollout budget (sized for ~10 minutes on 2 cores)."),
-    rounds: int = typer.Option(2, help="HERO-O rounds."),
-    candidates: int = typer.Option(2, help="HERO-O candidates per round."),
-    test_limit: int = typer.Option(10, help="Held-out questions to evaluate."),
+    max_metric_calls: int = typer.Option(DEMO_MAX_METRIC_CALLS, help="HERO-O rollout budget (with the evaluations, "
+                                         "~120 rollouts: sized for <= 8 minutes on 2 cores; not yet measured)."),
+    rounds: int = typer.Option(DEMO_ROUNDS, help="HERO-O rounds."),
+    candidates: int = typer.Option(DEMO_CANDIDATES, help="HERO-O candidates per round."),
+    test_limit: int = typer.Option(DEMO_TEST_LIMIT, help="Held-out questions to evaluate."),
     threads: int = typer.Option(1, help="Parallel rollouts (the local server serves one at a time)."),
     refine_all: bool = typer.Option(False, help="HERO-T on every program (paper); by default only on programs "
                                     "whose execution fails or returns nothing, to fit the demo's time."),
     seed: int = typer.Option(0),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ):
-    """Run the whole method on the built-in text-to-SQL task with the embedded local model."""
+    """Run the whole method (seed, HERO-O, HERO-O + HERO-T) on the conventions text-to-SQL task: rules
+    learned on some shop databases, evaluated on others. `--lm simulated` checks the mechanics in seconds."""
     _setup_logging(verbose)
-    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed, refine_all)
+    _run(_demo, out, lm, reflection_lm, max_metric_calls, rounds, candidates, test_limit, threads, seed, refine_all,
+         task)
 
 
 def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, test_limit, threads, seed,
-          refine_all=False):
+          refine_all=False, task_name=DEMO_TASK):
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
-    task = load_task_or_fail(DEMO_TASK, None)
-    claim_run_dir(out, task.name)
+    task = load_task_or_fail(task_name, None)
+    claim_run_dir(out, task.name, {
+        "hero_o": hero_o_settings(lm_spec, reflection_spec, None, max_metric_calls, rounds, candidates, seed),
+        "evaluate": eval_settings(lm_spec)})
     console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
                   f"questions ({task.split_note})")
     console.print(f"starting the task LM ({lm_spec}) ...")
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
-                       threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all)
+                       threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all,
+                       extra_optimizer_args=dict(DEMO_OPTIMIZER_ARGS))
+    stages = iter(range(1, 5))
     with progress_bars() as make:
-        run = StagedRun(task, lm, reflection, config, progress=make)
+        run = StagedRun(task, lm, reflection, config, progress=make,
+                        announce=lambda line: console.print(f"[bold]stage {next(stages, '?')}/4[/bold] {line}"))
         summary = run.run_all()
     print_rows(summary["rows"], f"HERO on {task.name} (held-out, n={len(run.test)})")
+    hero = json.loads((out / "hero_o_result.json").read_text()) if (out / "hero_o_result.json").exists() else {}
+    print_adopted_rules(hero)
     for note in summary["notes"]:
         console.print(f"  {note}")
     console.print(f"report: {summary['paths']['markdown']}")
+
+
+def print_adopted_rules(hero: dict[str, Any]) -> None:
+    """Every rule HERO-O adopted, with the counts that adopted it and its held-out fixes:breaks."""
+    from dspy_hero.cli.report import adopted_rules, fb
+
+    rules = adopted_rules(hero)
+    if not rules:
+        console.print("HERO-O adopted no rule: no candidate passed the paired acceptance test, so it returned the "
+                      "seed prompt (report.md lists each candidate and why it was refused).")
+        return
+    pool = hero.get("held_out_pool") or "selection"
+    console.print(f"[bold]HERO-O's adopted rules[/bold] (in-sample: the paired test's update pairs; held-out: the "
+                  f"{pool} pool, which decided none of them)")
+    for r in rules:
+        console.print(f"  round {r.round}: {escape(r.change)}", highlight=False)
+        console.print(f"    in-sample fix:break {fb(r.in_sample)}; held-out fix:break {fb(r.held_out)}; cumulative "
+                      f"vs seed {fb(r.cumulative)}{' (final prompt)' if r.final else ''}", highlight=False)
 
 
 @app.command()
@@ -223,8 +325,11 @@ def _optimize(task_name, data, lm_spec, reflection_spec, auto, max_metric_calls,
 
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise UserError(f"--auto must be light, medium or heavy, not {auto!r}")
+    if auto is not None and max_metric_calls is not None:  # HeroOptimizer (like dspy.GEPA) refuses both too
+        raise UserError(f"--auto {auto} and --max-metric-calls {max_metric_calls} both set the budget; pass one of them")
     task = load_task_or_fail(task_name, data)
-    claim_run_dir(out, task.name)
+    claim_run_dir(out, task.name, {
+        "hero_o": hero_o_settings(lm_spec, reflection_spec, auto, max_metric_calls, rounds, candidates, seed, data)})
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, auto=auto, max_metric_calls=max_metric_calls, num_rounds=rounds,
                        num_candidates=candidates, threads=threads, seed=seed, log_dir=log_dir)
@@ -257,7 +362,7 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     task = load_task_or_fail(task_name, data)
     if program_path is not None and not program_path.exists():
         raise UserError(f"program file {str(program_path)!r} does not exist")
-    claim_run_dir(out, task.name)
+    claim_run_dir(out, task.name, {"evaluate": eval_settings(lm_spec, data)})
     program = task.make_program()
     if program_path is not None:  # before the LM: a bad file must not wait for a model to start
         try:
@@ -294,24 +399,48 @@ def refine_cmd(
 
 
 @app.command()
-def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run directory written by `hero demo`.")):
-    """Re-render the table, Markdown and plots of a finished run directory."""
+def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run directory written by `hero demo`, "
+                                    "`optimize`, `evaluate` or `refine`.")):
+    """Re-render the table, Markdown and plots of a run directory from the stage files it holds."""
     _run(_report, out)
 
 
 def _report(out: Path):
-    path = out / "results.json"
-    if not path.exists():
-        raise UserError(f"no results.json in {str(out)!r}; run `hero demo --out {out}` first")
+    from dspy_hero.cli.pipeline import read_run_dir, write_run_report
+
+    reports, hero = read_run_dir(out) if out.is_dir() else ([], {})
+    previous = out / "results.json"
+    if not reports and not hero:
+        if previous.exists():  # a report whose stage files are gone: re-render what it recorded
+            return _rerender(out, json.loads(previous.read_text()))
+        raise UserError(f"no evaluations (eval_*.json), HERO-O result (hero_o_result.json) or results.json in "
+                        f"{str(out)!r}; run `hero demo`, `hero optimize`, `hero evaluate` or `hero refine` "
+                        f"with --out {out} first")
+    marker = out / "task.json"
+    task = json.loads(marker.read_text()).get("task") if marker.exists() else None
+    # The task's own notes (its split) are known only to the command that ran it; keep them from the last report.
+    notes = [n for n in json.loads(previous.read_text()).get("notes", []) if n.startswith(("task:", "test examples:"))] \
+        if previous.exists() else []
+    notes = notes or ([f"task: {task}"] if task else [])
+    summary = write_run_report(out, f"HERO on {task}" if task else "HERO", reports, hero, notes)
+    if summary["rows"]:
+        print_rows(summary["rows"], f"HERO on {task}" if task else "HERO")
+    if hero:
+        print_adopted_rules(hero)
+        console.print(f"HERO-O: {len(hero.get('rounds', []))} rounds, final prompt {hero.get('final_entry_id')}, "
+                      f"{hero.get('total_metric_calls')} rollouts, fix:break of adopted prompts "
+                      f"{hero.get('adopted_fixes')}:{hero.get('adopted_breaks')}")
+    console.print(f"report: {summary['paths']['markdown']}")
+
+
+def _rerender(out: Path, data: dict[str, Any]) -> None:
+    from dspy_hero.cli.pipeline import per_round_fix_break
     from dspy_hero.cli.report import MethodRow, write_report
 
-    data = json.loads(path.read_text())
     rows = [MethodRow(**r) for r in data.pop("rows")]
     title = data.pop("title", "HERO")
-    from dspy_hero.cli.pipeline import per_round_fix_break
-
-    per_round = per_round_fix_break(data.get("hero_o", {}))
-    paths = write_report(out, title, rows, data, per_round)
+    hero = data.get("hero_o", {})
+    paths = write_report(out, title, rows, data, per_round_fix_break(hero) if hero else None)
     print_rows(rows, title)
     console.print(f"report: {paths['markdown']}")
 

@@ -59,8 +59,10 @@ def per_round_fix_break(hero_result: dict[str, Any]) -> list[tuple[int, int]]:
 class StagedRun:
     """seed eval → HERO-O → eval → HERO-T eval, each stage cached in `out_dir`."""
 
-    def __init__(self, task: Task, lm: Any, reflection_lm: Any, config: RunConfig, progress: Progress | None = None):
+    def __init__(self, task: Task, lm: Any, reflection_lm: Any, config: RunConfig, progress: Progress | None = None,
+                 announce: Callable[[str], None] | None = None):
         self.task = task
+        self.announce = announce or (lambda line: None)  # one line as each stage starts (the demo prints it)
         self.lm = lm
         self.reflection_lm = reflection_lm or lm
         self.config = config
@@ -78,8 +80,10 @@ class StagedRun:
             saved = EvalReport.from_dict(json.loads(path.read_text()))
             if saved.extras.get("fingerprint") == key:
                 logger.info("stage %s already done; reusing %s", name, path)
+                self.announce(f"{METHOD_LABELS.get(name, name)}: already evaluated, reusing {path.name}")
                 return saved
             logger.warning("%s was written for another task, split or program; evaluating again", path)
+        self.announce(f"{METHOD_LABELS.get(name, name)}: evaluating on {len(self.test)} held-out examples")
         advance = self.progress(f"evaluate {name}", len(self.test))
         report = evaluate_program(program, self.test, self.task.metric, name=name, lm=self.lm,
                                   num_threads=self.config.threads, progress=advance)
@@ -105,6 +109,7 @@ class StagedRun:
         program_path = self.out / "hero_o_program.json"
         program = self.task.make_program()
         if program_path.exists():
+            self.announce(f"HERO-O: already optimized, reusing {program_path.name}")
             program.load(str(program_path))
             return program
         budget: dict[str, Any] = {}
@@ -124,6 +129,10 @@ class StagedRun:
             **budget,
             **self.config.extra_optimizer_args,
         )
+        self.announce(f"HERO-O: optimizing on {len(self.task.train)} training examples "
+                      f"({self.config.max_metric_calls if self.config.max_metric_calls is not None else 'auto=' + str(self.config.auto or 'light')} "
+                      f"rollouts, {self.config.num_rounds} round(s) of up to {self.config.num_candidates} candidate(s); "
+                      "resumable from its log)")
         start = time.perf_counter()
         calls_before = lm_usage(self.lm)
         with dspy.context(lm=self.lm):
@@ -156,32 +165,73 @@ class StagedRun:
         return self.write(seed_report, hero_o_report, hero_t_report)
 
     def write(self, *reports: EvalReport) -> dict[str, Any]:
-        hero = json.loads((self.out / "hero_o_result.json").read_text()) if (self.out / "hero_o_result.json").exists() else {}
-        per_round = per_round_fix_break(hero)
-        fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
-        rows = []
-        for report in reports:
-            is_hero = report.name.startswith("hero_o")
-            rows.append(MethodRow(
-                method={"seed": "seed prompt", "hero_o": "HERO-O", "hero_o_hero_t": "HERO-O + HERO-T"}.get(report.name, report.name),
-                pass_at_1=report.pass_at_1,
-                n=len(report.outcomes),
-                rollouts=hero.get("total_metric_calls") if is_hero else None,
-                lm_calls=report.lm_calls,
-                tokens=report.input_tokens + report.output_tokens,
-                wall_s=report.wall_s,
-                fix_break=fix_break if is_hero else None,
-            ))
+        hero_path = self.out / "hero_o_result.json"
+        hero = json.loads(hero_path.read_text()) if hero_path.exists() else {}
         notes = [f"task: {self.task.name}; split: {self.task.split_note}", f"test examples: {len(self.test)}"]
-        for report in reports:
-            errors = [o.error for o in report.outcomes if o.error]
-            if errors:
-                notes.append(f"{report.name}: {len(errors)} example(s) raised and scored 0; first: {errors[0][:200]}")
-        if hero:
-            notes.append(
-                f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "
-                f"final prompt ~{hero.get('final_prompt_tokens')} tokens"
-            )
-        results = {"reports": {r.name: r.to_dict() for r in reports}, "hero_o": hero, "notes": notes}
-        paths = write_report(self.out, f"HERO on {self.task.name}", rows, results, per_round)
-        return {"rows": rows, "paths": paths, "notes": notes}
+        return write_run_report(self.out, f"HERO on {self.task.name}", list(reports), hero, notes)
+
+
+METHOD_LABELS = {"seed": "seed prompt", "hero_o": "HERO-O", "hero_o_hero_t": "HERO-O + HERO-T"}
+# The order stages run in (demo) and then `hero evaluate` / `hero refine`'s names; others follow by name.
+REPORT_ORDER = ("seed", "hero_o", "hero_o_hero_t", "program", "refined", "seed_refined")
+
+
+def method_rows(reports: list[EvalReport], hero: dict[str, Any]) -> list[MethodRow]:
+    """One table row per evaluation; rows of HERO-O programs carry its rollouts and fix:break."""
+    fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
+    seed = next((r for r in reports if r.name == "seed"), None)
+    rows = []
+    for report in reports:
+        is_hero = report.name.startswith("hero_o")
+        rows.append(MethodRow(
+            method=METHOD_LABELS.get(report.name, report.name),
+            pass_at_1=report.pass_at_1,
+            n=len(report.outcomes),
+            rollouts=hero.get("total_metric_calls") if is_hero else None,
+            lm_calls=report.lm_calls,
+            tokens=report.input_tokens + report.output_tokens,
+            wall_s=report.wall_s,
+            fix_break=fix_break if is_hero else None,
+            vs_seed=vs_seed(seed, report) if seed is not None and report is not seed else None,
+        ))
+    return rows
+
+
+def vs_seed(seed: EvalReport, other: EvalReport) -> str | None:
+    """"fixes:breaks" of `other` against the seed on the examples both evaluated (by index: the same
+    held-out list), or None when they evaluated different numbers of examples."""
+    if len(seed.outcomes) != len(other.outcomes):
+        return None
+    fixes = sum(o.score > s.score for s, o in zip(seed.outcomes, other.outcomes))
+    breaks = sum(o.score < s.score for s, o in zip(seed.outcomes, other.outcomes))
+    return f"{fixes}:{breaks}"
+
+
+def write_run_report(out: Path, title: str, reports: list[EvalReport], hero: dict[str, Any],
+                     notes: list[str]) -> dict[str, Any]:
+    """results.json, report.md and the plots of a run directory, from its evaluations and HERO-O result."""
+    rows = method_rows(reports, hero)
+    notes = list(notes)
+    for report in reports:
+        errors = [o.error for o in report.outcomes if o.error]
+        if errors:
+            notes.append(f"{report.name}: {len(errors)} example(s) raised and scored 0; first: {errors[0][:200]}")
+    if hero:
+        notes.append(
+            f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "
+            f"final prompt ~{hero.get('final_prompt_tokens')} tokens"
+        )
+    results = {"reports": {r.name: r.to_dict() for r in reports}, "hero_o": hero, "notes": notes}
+    paths = write_report(out, title, rows, results, per_round_fix_break(hero) if hero else None)
+    return {"rows": rows, "paths": paths, "notes": notes}
+
+
+def read_run_dir(out: Path) -> tuple[list[EvalReport], dict[str, Any]]:
+    """The evaluations (eval_*.json) and HERO-O result (hero_o_result.json) a run directory holds, whichever
+    command wrote it: `demo` (all), `optimize` (HERO-O only), `evaluate` / `refine` (evaluations only)."""
+    found = {p.name[len("eval_"):-len(".json")]: p for p in out.glob("eval_*.json")}
+    names = [n for n in REPORT_ORDER if n in found] + sorted(n for n in found if n not in REPORT_ORDER)
+    reports = [EvalReport.from_dict(json.loads(found[n].read_text())) for n in names]
+    hero_path = out / "hero_o_result.json"
+    hero = json.loads(hero_path.read_text()) if hero_path.exists() else {}
+    return reports, hero

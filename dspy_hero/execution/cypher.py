@@ -42,12 +42,16 @@ Cypher manual (no Neo4j server was available to run it).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import itertools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
@@ -77,6 +81,108 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _BATCH = 500  # nodes or edges per loading query
+_ATTEMPTS = 4  # sends of one query across server restarts caused by *other* queries
+# redis-py's words for a command that never reached the server (refused connect, write to a closed socket)
+_NOT_SENT = ("connecting to", "writing to")
+
+
+@dataclass
+class _Link:
+    """One server generation: the process, its client and graph handles. Swapped whole on a restart,
+    so a query never pairs a new generation number with an old client or a stale handle."""
+
+    generation: int
+    server: ServerProcess
+    client: Any
+    handles: dict[str, Any] = field(default_factory=dict)
+
+    def handle(self, name: str) -> Any:
+        found = self.handles.get(name)
+        if found is None:
+            found = self.handles[name] = self.client.select_graph(name)
+        return found
+
+
+class _Gate:
+    """Queries pass shared; a query suspected of having crashed the server is retried exclusive,
+    alone on the engine, so that if it crashes the server again it is known to be the cause."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._exclusive or self._active:
+                self._cond.wait()
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class _CrashLedger:
+    """Which queries were in flight on which server generation, and which ones crashed a server.
+
+    When a server dies, the first query to notice takes a snapshot of everything in flight on that
+    generation; a query alone in its snapshot is the cause. Causes are remembered (by text digest)
+    and refused from then on, so a query that killed the server is never sent again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens = itertools.count()
+        self._in_flight: dict[int, int] = {}  # token -> generation
+        self._snapshots: dict[int, frozenset[int]] = {}
+        self._killers: set[str] = set()
+
+    @staticmethod
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def is_killer(self, text: str) -> bool:
+        return bool(self._killers) and self.digest(text) in self._killers
+
+    def enter(self, generation: int) -> int:
+        token = next(self._tokens)
+        self._in_flight[token] = generation
+        return token
+
+    def leave(self, token: int) -> None:
+        self._in_flight.pop(token, None)
+
+    def alone_at_death(self, token: int, generation: int) -> bool:
+        with self._lock:
+            snap = self._snapshots.get(generation)
+            if snap is None:
+                snap = frozenset(t for t, g in list(self._in_flight.items()) if g == generation)
+                self._snapshots[generation] = snap
+            return snap == {token}
+
+    def mark_killer(self, text: str) -> None:
+        with self._lock:
+            self._killers.add(self.digest(text))
 
 
 def _grace_s(timeout_s: float) -> float:
@@ -135,12 +241,12 @@ class FalkorDBExecutor:
         self._threads = threads
         self._lock = threading.RLock()
         self._sources: dict[str, GraphSource] = {}
-        self._handles: dict[str, Any] = {}
-        self._generation = 0
         self._closed = False
-        self._server: ServerProcess = start_server(self._limits, threads)
-        self._finalizer = weakref.finalize(self, self._server.stop)
-        self._client = self._connect(self._server)
+        self._gate = _Gate()
+        self._ledger = _CrashLedger()
+        server = start_server(self._limits, threads)
+        self._finalizer = weakref.finalize(self, server.stop)
+        self._link = _Link(0, server, self._connect(server))
         try:
             for name, source in (graphs or {}).items():
                 self.load_graph(name, source)
@@ -152,8 +258,23 @@ class FalkorDBExecutor:
 
     def _connect(self, server: ServerProcess):
         from falkordb import FalkorDB
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        return FalkorDB(socket_timeout=self.timeout_s + _grace_s(self.timeout_s), socket_connect_timeout=5, **server.connection_kwargs())
+        # No retries inside the client: a query that crashed the server must not be re-sent behind
+        # our back; `run` decides what is retried.
+        return FalkorDB(
+            socket_timeout=self.timeout_s + _grace_s(self.timeout_s), socket_connect_timeout=5,
+            retry=Retry(NoBackoff(), 0), **server.connection_kwargs(),
+        )
+
+    @property
+    def _server(self) -> ServerProcess:
+        return self._link.server
+
+    @property
+    def _client(self) -> Any:
+        return self._link.client
 
     @property
     def pid(self) -> int:
@@ -184,19 +305,24 @@ class FalkorDBExecutor:
         return f"FalkorDBExecutor({state}, graphs={sorted(self._sources)})"
 
     def _restart(self, seen_generation: int, why: str) -> None:
+        """Replace the server of generation `seen_generation` (a no-op if that already happened).
+
+        The new server gets every graph loaded *before* it is published, so concurrent queries
+        waiting to retry never see a server without their graph.
+        """
         with self._lock:
-            if self._closed or self._generation != seen_generation:
+            old = self._link
+            if self._closed or old.generation != seen_generation:
                 return  # closed, or another thread already restarted it
             log.warning("restarting the embedded FalkorDB server (%s)", why)
             self._finalizer.detach()
-            self._server.stop(grace_s=1.0)
-            self._server = start_server(self._limits, self._threads)
-            self._finalizer = weakref.finalize(self, self._server.stop)
-            self._client = self._connect(self._server)
-            self._handles.clear()
-            self._generation += 1
+            old.server.stop(grace_s=1.0)
+            server = start_server(self._limits, self._threads)
+            self._finalizer = weakref.finalize(self, server.stop)
+            link = _Link(old.generation + 1, server, self._connect(server))
             for name, source in list(self._sources.items()):
-                self._load(name, source)
+                self._load(name, source, link)
+            self._link = link
 
     # graphs
 
@@ -229,15 +355,13 @@ class FalkorDBExecutor:
             raise RuntimeError("this FalkorDBExecutor is closed")
 
     def _handle(self, name: str):
-        handle = self._handles.get(name)
-        if handle is None:
-            handle = self._handles[name] = self._client.select_graph(name)
-        return handle
+        return self._link.handle(name)
 
-    def _delete(self, name: str) -> None:
-        self._handles.pop(name, None)
+    def _delete(self, name: str, link: _Link | None = None) -> None:
+        link = link or self._link
+        link.handles.pop(name, None)
         try:
-            self._client.select_graph(name).delete()
+            link.client.select_graph(name).delete()
         except Exception:  # noqa: BLE001 - nothing to delete
             log.debug("graph %r had nothing to delete", name)
 
@@ -247,9 +371,10 @@ class FalkorDBExecutor:
         edges = g.ro_query("MATCH ()-[r]->() RETURN count(r)").result_set[0][0]
         return {"nodes": int(nodes), "edges": int(edges)}
 
-    def _load(self, name: str, source: GraphSource) -> None:
-        self._handles.pop(name, None)
-        g = self._client.select_graph(name)
+    def _load(self, name: str, source: GraphSource, link: _Link | None = None) -> None:
+        link = link or self._link
+        link.handles.pop(name, None)
+        g = link.client.select_graph(name)
         ms = self._limits.timeout_ms
         try:
             for i, statement in enumerate(source.statements):
@@ -263,7 +388,7 @@ class FalkorDBExecutor:
                 g.query("CREATE (:_HeroEmpty)", timeout=ms)
                 g.query("MATCH (n:_HeroEmpty) DELETE n", timeout=ms)
         except BaseException:
-            self._delete(name)
+            self._delete(name, link)
             raise
 
     @staticmethod
@@ -296,41 +421,78 @@ class FalkorDBExecutor:
     # queries
 
     def run(self, cypher: str, graph: str, timeout_s: float | None = None) -> Execution:
-        """Run one read-only query on a loaded graph; never raises for a bad query."""
+        """Run one read-only query on a loaded graph; never raises for anything the query holds."""
+        start = time.perf_counter()
+        try:
+            return self._run(cypher, graph, timeout_s, start)
+        except Exception as exc:  # noqa: BLE001 - the contract: a bad query is an Execution, never an exception
+            log.debug("FalkorDB run failed unexpectedly", exc_info=True)
+            return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start, engine="falkordb")
+
+    def _run(self, cypher: Any, graph: Any, timeout_s: float | None, start: float) -> Execution:
         import redis
 
-        start = time.perf_counter()
         text, refusal = prepare_query(cypher)
         if refusal is not None:
             return refusal
         if self._closed:
             return failed(ENVIRONMENT, "the FalkorDB executor is closed")
-        if graph not in self._sources:
+        if not isinstance(graph, str) or graph not in self._sources:
             return failed(ENVIRONMENT, f"graph {graph!r} is not loaded; loaded graphs: {self.graph_names()}")
+        if self._ledger.is_killer(text):
+            return self._crashed(text, start, again=True)
         limit_s = self.timeout_s if timeout_s is None else min(float(timeout_s), self.timeout_s)
-        for attempt in range(2):
-            generation = self._generation
-            try:
-                result = self._handle(graph).ro_query(text, timeout=max(1, int(limit_s * 1000)))
-                break
-            except redis.ResponseError as exc:
-                message = str(exc)
-                return failed(_falkordb_error_type(message), message, time.perf_counter() - start, engine="falkordb")
-            except redis.TimeoutError:
-                self._restart(generation, "a query ran past the engine timeout")
-                return failed(
-                    TIMEOUT, f"query exceeded the {limit_s:g} s timeout (the engine was restarted to stop it)",
-                    time.perf_counter() - start, engine="falkordb",
-                )
-            except (redis.ConnectionError, OSError) as exc:
-                if attempt == 0 and not self._closed:
-                    if self._generation == generation and not self._server.alive():
-                        self._restart(generation, f"the server died ({exc})")
-                    if self._generation != generation:
-                        continue  # the server was restarted under us: try once more
-                return failed(ENVIRONMENT, f"the embedded FalkorDB server is unreachable: {exc}", time.perf_counter() - start)
-        else:  # pragma: no cover - the loop always breaks or returns
-            return failed(ENVIRONMENT, "the embedded FalkorDB server is unreachable")
+        suspect = False
+        for attempt in range(_ATTEMPTS):
+            # A suspect holds the gate alone from sending to judging (and restarting), so nothing
+            # else reaches the server it may crash.
+            with self._gate.exclusive() if suspect else self._gate.shared():
+                link = self._link
+                token = self._ledger.enter(link.generation)
+                try:
+                    result = link.handle(graph).ro_query(text, timeout=max(1, int(limit_s * 1000)))
+                    break
+                except redis.ResponseError as exc:
+                    message = str(exc)
+                    return failed(_falkordb_error_type(message), message, time.perf_counter() - start, engine="falkordb")
+                except redis.TimeoutError:
+                    if link is not self._link:
+                        continue  # another query's restart cut ours: send it again
+                    self._restart(link.generation, "a query ran past the engine timeout")
+                    return failed(
+                        TIMEOUT, f"query exceeded the {limit_s:g} s timeout (the engine was restarted to stop it)",
+                        time.perf_counter() - start, engine="falkordb",
+                    )
+                except (redis.ConnectionError, OSError) as exc:
+                    if self._closed:
+                        return failed(ENVIRONMENT, "the FalkorDB executor was closed during the query")
+                    server, message = link.server, str(exc)
+                    if server.crashed or (not server.stopped and server.exited_within(1.0)):
+                        if any(marker in message for marker in _NOT_SENT):
+                            self._restart(link.generation, f"the server died ({message})")
+                            continue  # it never reached the dead server: it cannot be the cause
+                        # The server died holding this query: sent alone (a suspect's retry, or the
+                        # only query in flight at the death), it is the cause.
+                        if suspect or self._ledger.alone_at_death(token, link.generation):
+                            self._ledger.mark_killer(text)
+                            self._restart(link.generation, "a query crashed the server")
+                            return self._crashed(text, start, again=False)
+                        self._restart(link.generation, f"the server died ({message})")
+                        suspect = True  # retried alone, so a second crash names the cause
+                        continue
+                    if link is not self._link or server.stopped_by_owner:
+                        with self._lock:  # stopped for another query's sake: wait for the restart
+                            pass
+                        continue  # and send ours again
+                    if attempt + 1 < _ATTEMPTS:
+                        continue  # a dropped connection to a live server: nothing was lost
+                    return failed(
+                        ENVIRONMENT, f"the embedded FalkorDB server is unreachable: {message}", time.perf_counter() - start
+                    )
+                finally:
+                    self._ledger.leave(token)
+        else:
+            return failed(ENVIRONMENT, "the embedded FalkorDB server kept restarting during the query", time.perf_counter() - start)
         rows = list(result.result_set)
         truncated = len(rows) > self.max_rows
         columns = tuple(str(h[1]) for h in result.header)
@@ -341,6 +503,14 @@ class FalkorDBExecutor:
             runtime_s=time.perf_counter() - start,
             truncated=truncated,
             details={"engine": "falkordb", "graph": graph},
+        )
+
+    @staticmethod
+    def _crashed(text: str, start: float, again: bool) -> Execution:
+        when = "earlier; it is not sent again" if again else "; the server was restarted and the query is not sent again"
+        return failed(
+            RESOURCE, f"this query crashed the embedded FalkorDB server{when}",
+            time.perf_counter() - start, engine="falkordb", crashed_engine=True,
         )
 
     def bound(self, graph: str) -> BoundCypherExecutor:

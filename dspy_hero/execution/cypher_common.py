@@ -3,8 +3,9 @@ executor to one graph.
 
 `to_plain` turns engine objects into plain data the way CypherBench's ``record.data()`` does;
 `normalize_result` then applies `normalize_cell`, so FalkorDB and Neo4j results compare alike.
-`prepare_query` refuses empty programs and anything `read_only_violation` forbids before an engine
-sees it.
+`prepare_query` refuses empty programs, text that is not valid Unicode (lone surrogates cannot be
+sent), pathological nesting (`complexity_violation`: it hangs or crashes FalkorDB's parser) and
+anything `read_only_violation` forbids, before an engine sees it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import Any
 
-from dspy_hero.execution.base import EMPTY_PROGRAM, REJECTED, Execution, failed
-from dspy_hero.execution.cypher_graphs import code_skeleton, read_only_violation
+from dspy_hero.execution.base import EMPTY_PROGRAM, REJECTED, RESOURCE, SYNTAX, Execution, failed
+from dspy_hero.execution.cypher_graphs import code_skeleton, complexity_violation, read_only_violation
 from dspy_hero.metrics.compare import normalize_cell
 
 __all__ = ["BoundCypherExecutor", "normalize_result", "prepare_query", "to_plain"]
@@ -82,6 +83,13 @@ def normalize_result(rows: list) -> tuple[tuple[Any, ...], ...]:
 def prepare_query(cypher: Any) -> tuple[str, Execution | None]:
     """The query text to send (one trailing ``;`` dropped), or a failed Execution saying why not."""
     text = (cypher if isinstance(cypher, str) else "" if cypher is None else str(cypher)).strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return "", failed(SYNTAX, f"the query is not valid Unicode text ({exc.reason} at character {exc.start})")
+    too_big = complexity_violation(text)
+    if too_big:
+        return "", failed(RESOURCE, f"refused before execution: {too_big}")
     if not code_skeleton(text).strip(" \t\r\n;"):
         return "", failed(EMPTY_PROGRAM, "empty Cypher query")
     text = text.removesuffix(";").rstrip()

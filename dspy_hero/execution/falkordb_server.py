@@ -133,6 +133,7 @@ class ServerProcess:
     port: int | None
     keeper: threading.Thread
     _stopped: bool = field(default=False, repr=False)
+    _died_first: bool = field(default=False, repr=False)  # it had exited when stop was called
 
     @property
     def pid(self) -> int:
@@ -140,6 +141,31 @@ class ServerProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the process exited on its own (before anyone called `stop`)."""
+        if self._stopped:
+            return self._died_first
+        return self.proc.poll() is not None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether `stop` was called."""
+        return self._stopped
+
+    @property
+    def stopped_by_owner(self) -> bool:
+        """Whether `stop` was called while the process still ran."""
+        return self._stopped and not self._died_first
+
+    def exited_within(self, seconds: float) -> bool:
+        """Whether the process is gone or goes within `seconds` (a crash closes sockets first)."""
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def connection_kwargs(self) -> dict:
         if self.unix_socket:
@@ -156,6 +182,7 @@ class ServerProcess:
         """Terminate (then kill) the server and remove its directory. Idempotent, never raises."""
         if self._stopped:
             return
+        self._died_first = self.proc.poll() is not None
         self._stopped = True
         try:
             if self.proc.poll() is None:

@@ -1,7 +1,8 @@
 """Which sandbox processes are alive: the /proc scan behind the "nothing left behind" checks.
 
 A run of `PythonSandbox` must leave no process behind. The attack tests and the load benchmark both
-check that by listing live processes that belong to the sandbox (uid 65534 or a ``bwrap``) and are
+check that by listing live processes that belong to the sandbox (uid 65534 or a per-run uid, or a
+``bwrap``/``unshare`` launcher) and are
 *ours*: descendants of this process, or orphans (reparented to pid 1) started after a given moment.
 Other programs on a shared machine may run their own sandboxes at the same time; their processes are
 neither. Linux only (reads ``/proc``).
@@ -13,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from dspy_hero.execution.python import SANDBOX_UID
+from dspy_hero.execution.python import is_sandbox_uid
 
 __all__ = ["now_ticks", "proc_table", "sandbox_processes", "wait_for_exit"]
 
@@ -52,7 +53,7 @@ def sandbox_processes(since: int = 0) -> set[int]:
         ours |= frontier
     found = set()
     for pid, (ppid, uid, start, cmd, state) in table.items():
-        if state == "Z" or not (uid == SANDBOX_UID or os.path.basename(cmd) == b"bwrap"):
+        if state == "Z" or not (is_sandbox_uid(uid) or os.path.basename(cmd) in (b"bwrap", b"unshare")):
             continue
         if pid in ours or (ppid == 1 and start >= since):
             found.add(pid)

@@ -2,6 +2,8 @@
 
 Read-only in depth: the lexical guard of `prepare_query`, sessions in READ access mode, and every
 transaction rolled back, never committed, so even a write the server let through would not persist.
+A server must honour the last two for that: FalkorDB's experimental Bolt listener, used by the tests
+as a live Bolt server, honours neither (see `falkordb_bolt.py`).
 """
 
 from __future__ import annotations

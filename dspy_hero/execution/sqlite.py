@@ -2,24 +2,37 @@
 
 Generated SQL is untrusted, so four independent guards stand between it and the data:
 
-1. the connection is opened read-only through a URI (``file:...?mode=ro``), so page writes fail;
+1. the connection is opened read-only and immutable through a URI (``file:...?mode=ro&immutable=1``),
+   so page writes fail and no ``-wal``/``-shm``/journal file is ever created beside the database
+   (a database with a non-empty ``-wal`` is refused with a clear error: its changes would be missed);
 2. an authorizer allows only reading actions (SELECT, column reads, recursive CTEs, ordinary
    functions, a few introspection pragmas) and denies everything else, including ATTACH and
    ``VACUUM INTO``, which write *other* files even on a read-only connection;
 3. ``SQLITE_LIMIT_ATTACHED`` is 0, so no second database can be attached at all;
 4. only one statement runs (Python's sqlite3 refuses a second; trailing semicolons and comments pass).
 
-A wall-clock timeout stops runaway queries twice over: a progress handler checks the deadline every
-few thousand VM instructions, and a shared watchdog thread calls ``interrupt()`` when the deadline
-passes, for the rare long step that runs no VM instructions (a huge sort, a slow C function). Results
-are capped at `max_rows` rows (``truncated=True`` beyond), no string or blob may exceed
-256 MiB (``SQLITE_LIMIT_LENGTH``), and a result holding more than 256 MiB of text and blobs in all
-is stopped as a resource error (the rows live in the host's memory). Each `run` opens its own connection, so one executor can serve many
-threads.
+Time. A progress handler checks the deadline every few thousand VM instructions, and a `Watchdog`
+thread calls ``interrupt()`` when it passes. Both act only at loop instructions, so three more
+bounds cover what runs between them (issue 12, class E): the SQL functions whose *single call* is
+long (``printf('%.*c', 2000000000, 'x')`` loops ~12 s; ``instr``/``replace``/``trim`` are quadratic)
+are replaced, on queries that name them, by bounded versions that check the deadline, refuse
+oversized widths and searches, and compute the rest with the built-in or a linear-time search
+(`_BoundedFunctions`); every string or blob is at most 4 MiB (``SQLITE_LIMIT_LENGTH``), so one
+linear call lasts milliseconds; and a query may hold at most ``timeout_s / 15 ms`` value-sized
+operations (functions, ``||``, LIKE), so one row's uninterruptible expressions end within the
+timeout again. Together: a query returns within twice its timeout.
 
-Known limit of in-process execution: a single built-in C function call cannot be interrupted. The
-worst we know is ``printf('%.*c', 2000000000, 'x')``, which loops ~12 s before SQLite gives up (its
-memory stays bounded by the length limit); the timeout then fires at the next VM instruction.
+Memory and disk. ``temp_store=MEMORY`` keeps temporary b-trees, sorters and CTE queues in SQLite's
+heap instead of temporary files, and ``PRAGMA hard_heap_limit`` caps that heap (1 GiB by default;
+process-wide, only ever lowered), so one row's values, a sort or a DISTINCT table fail with a
+resource error instead of filling memory or the disk. Results are capped at `max_rows` rows
+(``truncated=True`` beyond), and a result holding more than 256 MiB of text and blobs in all is
+stopped (the rows live in the host's memory). Each `run` opens its own connection, so one executor
+can serve many threads.
+
+Cost: the heap limit is shared by every SQLite connection of the process, so a query that exhausts
+it can make a concurrent one fail with a ResourceLimit too (its message says so). The smallest
+``heap_limit_mb`` any executor of the process asked for wins (SQLite's pragma only lowers it).
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from dspy_hero.execution.base import (
     EMPTY_PROGRAM,
@@ -45,7 +58,7 @@ from dspy_hero.execution.base import (
     failed,
 )
 
-__all__ = ["SQLiteExecutor", "SQLiteSession", "read_only_uri", "split_single_statement"]
+__all__ = ["SQLiteExecutor", "SQLiteSession", "Watchdog", "read_only_uri", "split_single_statement"]
 
 # Introspection pragmas that only read, whatever their argument (``pragma_table_info('t')`` etc.).
 READ_PRAGMAS = frozenset(
@@ -106,10 +119,18 @@ _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + a): a for a in _ACTIONS if hasattr
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master"})
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
 _PROGRESS_OPS = 4000  # VM instructions between deadline checks (~tens of microseconds)
-_MAX_VALUE_BYTES = 256 * 1024 * 1024  # largest string/blob a query may build (SQLITE_LIMIT_LENGTH)
+# Largest string/blob a query may read or build (SQLITE_LIMIT_LENGTH). It also bounds the time of
+# one linear C call (hex, upper, quote, ||: ~1-7 ms at this size), which no timeout can interrupt.
+# The largest value in the shared Spider/BIRD databases is 60 bytes.
+_MAX_VALUE_BYTES = 4 * 1024 * 1024
 # Text and blob bytes one result may hold in this process: the row cap alone would let 100,000 rows
 # of 256 MiB values through, and the rows are fetched into the host's memory.
 _MAX_RESULT_BYTES = 256 * 1024 * 1024
+# SQLite's heap in this process (all connections: the limit is process-wide and only ever lowered).
+# Values of one row, temporary tables, sorters and CTE queues all live there (temp_store=MEMORY),
+# so no query holds more than this, and none spills to temporary files.
+DEFAULT_HEAP_LIMIT_MB = 1024
+_HEAP_NOTE = " (SQLite's heap is capped at {} MiB for the whole process, shared by concurrent queries)"
 
 _SYNTAX_PATTERNS = (
     "syntax error",
@@ -132,8 +153,22 @@ _SYNTAX_PATTERNS = (
 
 
 def read_only_uri(db_path: str | os.PathLike) -> str:
-    """The SQLite URI that opens `db_path` read-only (percent-encoded, absolute)."""
-    return Path(db_path).resolve().as_uri() + "?mode=ro"
+    """The SQLite URI that opens `db_path` read-only and immutable (percent-encoded, absolute).
+
+    ``immutable=1`` tells SQLite the file cannot change, so it takes no locks and never creates the
+    ``-wal``/``-shm`` files that a plain ``mode=ro`` open of a WAL database writes beside it. The
+    price: changes still sitting in a write-ahead log would be invisible, so `SQLiteExecutor`
+    refuses a database whose ``-wal`` file is not empty (see `pending_wal`).
+    """
+    return Path(db_path).resolve().as_uri() + "?mode=ro&immutable=1"
+
+
+def pending_wal(db_path: str | os.PathLike) -> bool:
+    """Whether `db_path` has a non-empty write-ahead log (changes an immutable open would miss)."""
+    try:
+        return os.path.getsize(f"{db_path}-wal") > 0
+    except OSError:
+        return False
 
 
 _TRAILING_JUNK = re.compile(r"(?:\s|;|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
@@ -163,27 +198,35 @@ def _is_empty(sql: str) -> bool:
     return _is_junk(sql)
 
 
-class _Watchdog:
+class Watchdog:
     """One daemon thread interrupting connections whose deadline has passed.
 
-    Shared by all executors so that a query costs two dict operations, not a thread start. While
-    queries are in flight the thread polls every `POLL_S` (it is a backstop: the progress handler
-    is the precise timeout); with nothing to watch it sleeps, and after a minute idle it exits
-    (restarted on demand). Registration takes no lock: dict operations are atomic in CPython, and
+    Share one between executors that are created per query (the metrics do), so that a query costs
+    two dict operations, not a thread start. While queries are in flight the thread polls every
+    `POLL_S` (it is a backstop: the progress handler is the precise timeout); with nothing to watch
+    it sleeps, and after `IDLE_EXIT_S` idle it exits (restarted on demand), so forgotten watchdogs
+    leave no thread behind. Registration takes no lock: dict operations are atomic in CPython, and
     the thread announces that it is going to sleep *before* its last look, so a query registered
-    meanwhile either is seen by that look or sees the "sleeping" state and wakes the thread.
+    meanwhile either is seen by that look or sees the "sleeping" state and wakes the thread. A
+    forked child starts from a clean state (the parent's thread does not exist there).
     """
 
     POLL_S = 0.05
-    IDLE_EXIT_S = 60.0
+    IDLE_EXIT_S = 1.0  # short: executors made per environment each own one, and idle threads must not pile up
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._live: dict[int, tuple[float, sqlite3.Connection]] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition(threading.Lock())
         self._state = "stopped"  # "stopped" | "sleeping" | "polling"
 
     def watch(self, conn: sqlite3.Connection, deadline: float) -> int:
+        if self._pid != os.getpid():
+            self._reset()
         token = next(self._ids)
         self._live[token] = (deadline, conn)
         if self._state != "polling":
@@ -225,17 +268,177 @@ class _Watchdog:
             time.sleep(self.POLL_S)
 
 
-_WATCHDOG = _Watchdog()
+class _Refusal(Exception):
+    """Raised inside a bounded SQL function; the session reads the reason it recorded."""
 
 
-def _reset_watchdog_in_child() -> None:
-    global _WATCHDOG
-    _WATCHDOG = _Watchdog()  # a forked child has no watchdog thread, whatever the parent had
+def _sqlite_int(value: Any, aux: sqlite3.Connection) -> int:
+    """An argument as SQLite's C functions read it (``sqlite3_value_int64``), exactly."""
+    if value.__class__ is int:
+        return value
+    if value is None:
+        return 0
+    return aux.execute("SELECT CAST(? AS INTEGER)", (value,)).fetchone()[0]
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_watchdog_in_child)
+def _byte_size(value: Any) -> int:
+    """An upper bound on the UTF-8 size of an argument once SQLite reads it as text."""
+    if value.__class__ is str:
+        return 4 * len(value)
+    if value.__class__ is bytes:
+        return len(value)
+    return 32  # a number or NULL
 
+
+# printf/format conversions: flags, width, precision, length, type (SQLite's printf grammar)
+_PRINTF_SPEC = re.compile(r"%([-+ #0!,]*)(\*|[0-9]*)(?:\.(\*|[0-9]*))?(l{0,2})(.?)", re.DOTALL)
+# Functions whose one call can run long or build a huge value before any deadline check. A query
+# whose text names one of them gets the bounded versions (names match inside quotes and comments
+# too, which only means a harmless registration; SQLite has no other way to reach a function).
+# Straight-line code (one row's expressions) runs no instruction that checks the deadline, so its
+# time is bounded only by the number of value-sized operations in it times their cost (~15 ms for
+# upper() on a value at the length limit). A query may hold at most timeout_s / that many of them,
+# so even a chain of them ends within twice the timeout. Counted on the raw text (string literals
+# included: an overcount only matters for tiny timeouts).
+_HEAVY_TERM_S = 0.015
+_MIN_HEAVY_TERMS = 32
+_HEAVY_TERM = re.compile(
+    r"\b(?:hex|upper|lower|quote|length|octet_length|substr|substring|replace|instr|trim|ltrim|rtrim|printf|"
+    r"format|zeroblob|randomblob|soundex|char|unicode|cast|like|glob|regexp|match|json\w*)\b|\|\|",
+    re.IGNORECASE,
+)
+_BOUNDED_NAMES = ("printf", "format", "instr", "replace", "randomblob", "trim")  # "trim" covers ltrim/rtrim
+
+
+class _BoundedFunctions:
+    """Bounded replacements for the SQL functions whose single call the timeout cannot stop.
+
+    The progress handler and ``interrupt()`` are only consulted between VM instructions, so one C
+    call runs to its end: ``printf('%.*c', 2000000000, 'x')`` loops ~12 s even after the length
+    limit stopped its output, and ``instr``/``replace`` compare naively (a 2 MB haystack and a 1 MB
+    needle: ~30 s). Each replacement first checks the deadline (so a row of many calls stops at the
+    timeout), then refuses arguments whose work exceeds the value limit, then computes the result
+    with SQLite's own built-in on a private in-memory connection (exact semantics) or, for text,
+    with Python's linear-time search (the same result). The extra cost is paid only by queries that
+    name these functions.
+    """
+
+    # work (haystack bytes x needle bytes) the built-in search may do in one call (~10 ms)
+    MAX_SEARCH_WORK = 200_000_000
+
+    def __init__(self, session: SQLiteSession):
+        self._session = session
+        self._aux: sqlite3.Connection | None = None
+
+    def install(self, conn: sqlite3.Connection) -> None:
+        conn.create_function("printf", -1, self.printf)
+        conn.create_function("format", -1, self.printf)
+        conn.create_function("instr", 2, self.instr)
+        conn.create_function("replace", 3, self.replace)
+        conn.create_function("randomblob", 1, self.randomblob)
+        for name, strip in (("trim", str.strip), ("ltrim", str.lstrip), ("rtrim", str.rstrip)):
+            conn.create_function(name, 2, self._trimmer(name, strip))
+
+    def close(self) -> None:
+        if self._aux is not None:
+            self._aux.close()
+
+    def _builtin(self) -> sqlite3.Connection:
+        if self._aux is None:
+            aux = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            aux.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+            self._aux = aux
+        return self._aux
+
+    def _call(self, name: str, args: tuple) -> Any:
+        marks = ",".join("?" * len(args))
+        return self._builtin().execute(f"SELECT {name}({marks})", args).fetchone()[0]
+
+    def _check_deadline(self) -> None:
+        if time.monotonic() > self._session._deadline:
+            self._session._timed_out = True
+            raise _Refusal("timeout")
+
+    def _refuse(self, why: str) -> None:
+        self._session._resource = why
+        raise _Refusal(why)
+
+    def printf(self, *args: Any) -> Any:
+        self._check_deadline()
+        if not args or not isinstance(args[0], str):
+            return self._call("printf", args)
+        aux = self._builtin()
+        budget = _MAX_VALUE_BYTES
+        used, nxt = 0, 1
+        for match in _PRINTF_SPEC.finditer(args[0]):
+            _flags, width, precision, _length, kind = match.groups()
+            if kind == "%":
+                continue
+            for part in (width, precision):
+                if part == "*":
+                    amount = abs(_sqlite_int(args[nxt], aux)) if nxt < len(args) else 0
+                    nxt += 1
+                else:
+                    amount = int(part) if part else 0
+                used += amount
+            if kind:
+                nxt += 1
+            if used > budget:
+                self._refuse(f"printf/format asks for widths and precisions of {used:,} characters in all "
+                             f"(at most {budget:,})")
+        return self._call("printf", args)
+
+    def instr(self, haystack: Any, needle: Any) -> Any:
+        self._check_deadline()
+        if haystack is None or needle is None:
+            return None
+        if haystack.__class__ is needle.__class__ and haystack.__class__ in (str, bytes):
+            return haystack.find(needle) + 1  # characters for text, bytes for blobs, as SQLite
+        if _byte_size(haystack) * _byte_size(needle) > self.MAX_SEARCH_WORK:
+            self._refuse("instr over huge mixed-type arguments")
+        return self._call("instr", (haystack, needle))
+
+    def replace(self, text: Any, old: Any, new: Any) -> Any:
+        self._check_deadline()
+        if text is None or old is None or new is None:
+            return None
+        if text.__class__ is str and old.__class__ is str and new.__class__ is str:
+            if not old:
+                return text
+            size = len(text) + text.count(old) * (len(new) - len(old))
+            if 4 * size > _MAX_VALUE_BYTES and len(text.encode()) + text.count(old) * (
+                len(new.encode()) - len(old.encode())
+            ) > _MAX_VALUE_BYTES:
+                self._refuse("replace() would build a string or blob too big")
+            return text.replace(old, new)
+        if _byte_size(text) * _byte_size(old) > self.MAX_SEARCH_WORK:
+            self._refuse("replace over huge mixed-type arguments")
+        return self._call("replace", (text, old, new))
+
+    def _trimmer(self, name: str, strip: Any) -> Any:
+        """trim(X, Y) compares every character of X with every character of Y: 40,000 x 40,000
+        takes 4 s. Duplicates in Y change nothing, so the work is bounded by the distinct ones."""
+
+        def trim(text: Any, chars: Any) -> Any:
+            self._check_deadline()
+            if text is None or chars is None:
+                return None
+            if text.__class__ is str and chars.__class__ is str:
+                distinct = "".join(dict.fromkeys(chars))
+                if len(text) * len(distinct) > self.MAX_SEARCH_WORK:
+                    self._refuse(f"{name}() over {len(text):,} characters with {len(distinct):,} distinct characters to remove")
+                return strip(text, distinct)
+            if _byte_size(text) * _byte_size(chars) > self.MAX_SEARCH_WORK:
+                self._refuse(f"{name}() over huge mixed-type arguments")
+            return self._call(name, (text, chars))
+
+        return trim
+
+    def randomblob(self, size: Any) -> Any:
+        self._check_deadline()
+        if _sqlite_int(size, self._builtin()) > _MAX_VALUE_BYTES:
+            self._refuse("randomblob() asked for a string or blob too big")
+        return self._call("randomblob", (size,))
 
 def _classify(message: str) -> str:
     low = message.lower()
@@ -267,12 +470,19 @@ class SQLiteSession:
         self._deadline = 0.0
         self._timed_out = False
         self._denied: list[str] = []
+        self._resource: str | None = None  # why a bounded function refused its arguments
+        self._bounded: _BoundedFunctions | None = None
         self.conn = sqlite3.connect(
             executor._uri, uri=True, timeout=executor.timeout_s, isolation_level=None, check_same_thread=False
         )
         try:
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+            self.conn.execute("PRAGMA temp_store = MEMORY")  # temp b-trees and sorters in the capped heap
+            if not executor._heap_limited:
+                # process-wide; SQLite only ever lowers it through this pragma
+                self.conn.execute(f"PRAGMA hard_heap_limit = {executor.heap_limit_mb << 20}")
+                executor._heap_limited = True
             self.conn.set_authorizer(self._authorize)
             self.conn.set_progress_handler(self._progress, _PROGRESS_OPS)
             if lossy_text:
@@ -289,6 +499,8 @@ class SQLiteSession:
 
     def close(self) -> None:
         self.conn.close()
+        if self._bounded is not None:
+            self._bounded.close()
 
     def _authorize(self, action, arg1, arg2, db_name, trigger):
         if action in _READ_ACTIONS:
@@ -319,8 +531,24 @@ class SQLiteSession:
         self._deadline = deadline = time.monotonic() + ex.timeout_s
         self._timed_out = False
         self._denied = []
+        self._resource = None
         conn = self.conn
-        token = _WATCHDOG.watch(conn, deadline)
+        if self._bounded is None:
+            low = sql.lower()
+            if any(name in low for name in _BOUNDED_NAMES):
+                self._bounded = _BoundedFunctions(self)
+                self._bounded.install(conn)
+        if len(sql) >= 2 * ex._heavy_budget:  # shorter texts cannot hold more terms (each is >= 2 chars)
+            heavy = len(_HEAVY_TERM.findall(sql))
+            if heavy > ex._heavy_budget:
+                return failed(
+                    RESOURCE,
+                    f"the query applies {heavy} string/blob operations (functions, ||, LIKE); at most "
+                    f"{ex._heavy_budget} fit its {ex.timeout_s:g} s timeout, since one row's expressions cannot "
+                    "be interrupted",
+                    time.perf_counter() - start,
+                )
+        token = ex.watchdog.watch(conn, deadline)
         try:
             try:
                 cur = conn.execute(sql)
@@ -367,17 +595,25 @@ class SQLiteSession:
             message = str(exc)
             if self._timed_out or (time.monotonic() > deadline and "interrupt" in message.lower()):
                 return failed(TIMEOUT, f"query exceeded the {ex.timeout_s:g} s timeout", elapsed)
+            if self._resource is not None:
+                return failed(RESOURCE, self._resource, elapsed)
             kind = _classify(message)
+            if self._bounded is not None and "user-defined function raised exception" in message:
+                message += (" (a bounded replacement of printf/instr/replace/trim/randomblob could not read its "
+                            "arguments, e.g. text that is not valid UTF-8)")
+            if kind == RESOURCE and "out of memory" in message.lower():
+                message += _HEAP_NOTE.format(ex.heap_limit_mb)
             if self._denied:
                 kind = REJECTED
                 message = f"{message}: read-only access forbids {', '.join(dict.fromkeys(self._denied[:3]))}"
             return failed(kind, message, elapsed)
         except (MemoryError, OverflowError) as exc:
-            return failed(RESOURCE, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
+            note = _HEAP_NOTE.format(ex.heap_limit_mb) if isinstance(exc, MemoryError) else ""
+            return failed(RESOURCE, f"{type(exc).__name__}: {exc}{note}", time.perf_counter() - start)
         except Exception as exc:  # noqa: BLE001 - e.g. a NUL character: the program's fault, reported as such
             return failed(RUNTIME, f"{type(exc).__name__}: {exc}", time.perf_counter() - start)
         finally:
-            _WATCHDOG.unwatch(token)
+            ex.watchdog.unwatch(token)
 
 
 class SQLiteExecutor:
@@ -388,14 +624,28 @@ class SQLiteExecutor:
     callers that want to fail fast (metrics, the optimizer's input checks) test `exists()`.
     """
 
-    def __init__(self, db_path: str | os.PathLike, timeout_s: float = 30.0, max_rows: int = 100_000):
+    def __init__(
+        self,
+        db_path: str | os.PathLike,
+        timeout_s: float = 30.0,
+        max_rows: int = 100_000,
+        watchdog: Watchdog | None = None,
+        heap_limit_mb: int = DEFAULT_HEAP_LIMIT_MB,
+    ):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         if max_rows < 0:
             raise ValueError(f"max_rows must be >= 0, got {max_rows!r}")
+        if heap_limit_mb < 16:
+            raise ValueError(f"heap_limit_mb must be >= 16, got {heap_limit_mb!r}")
         self.db_path = str(db_path)
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
+        self.heap_limit_mb = int(heap_limit_mb)
+        # share one between executors made per query, so each does not start its own thread
+        self.watchdog = watchdog if watchdog is not None else Watchdog()
+        self._heap_limited = False
+        self._heavy_budget = max(_MIN_HEAVY_TERMS, int(self.timeout_s / _HEAVY_TERM_S))
         self._uri = read_only_uri(db_path)
 
     def exists(self) -> bool:
@@ -411,6 +661,8 @@ class SQLiteExecutor:
         """
         if not self.exists():
             raise FileNotFoundError(f"database file not found: {self.db_path}")
+        if pending_wal(self.db_path):
+            raise sqlite3.OperationalError(_wal_message(self.db_path))
         return SQLiteSession(self, lossy_text)
 
     def run(self, sql: str) -> Execution:
@@ -427,6 +679,8 @@ class SQLiteExecutor:
         return result
 
     def _run(self, sql: str, lossy_text: bool) -> Execution:
+        if pending_wal(self.db_path):
+            return failed(ENVIRONMENT, _wal_message(self.db_path))
         try:
             session = SQLiteSession(self, lossy_text)
         except sqlite3.Error as exc:
@@ -438,3 +692,11 @@ class SQLiteExecutor:
             return session.run(sql)
         finally:
             session.close()
+
+
+def _wal_message(db_path: str) -> str:
+    return (
+        f"{db_path} has un-checkpointed changes in {db_path}-wal, which a read-only immutable open "
+        "would not see (and a plain read-only open would write -shm/-wal files beside it); checkpoint "
+        f"it once: sqlite3 {db_path} 'PRAGMA wal_checkpoint(TRUNCATE)'"
+    )

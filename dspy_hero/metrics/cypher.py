@@ -146,11 +146,15 @@ class CypherJudge:
             logger.warning("gold Cypher %s on graph %s (%s): %s", why, graph, gold.execution.describe(), gold_cypher)
             note = f" {gold.execution.describe()}. Gold Cypher: {gold_cypher}" if self.reveal_expected else ""
             return Verdict(0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}")
-        pred_cypher = extract_code(prediction_text(pred, "cypher"), "cypher")
-        if pred_cypher.strip() and pred_cypher.strip() == gold_cypher.strip():
-            return Verdict(1.0, f"Correct: the query {gold.execution.describe(max_rows=0)}, matching the expected result.")
-        executed = executor.run(pred_cypher, graph)
-        return cypher_verdict(executed, gold.execution, gold.order_matters, self.reveal_expected, gold_cypher)
+        try:
+            pred_cypher = extract_code(prediction_text(pred, "cypher"), "cypher")
+            if pred_cypher.strip() and pred_cypher.strip() == gold_cypher.strip():
+                return Verdict(1.0, f"Correct: the query {gold.execution.describe(max_rows=0)}, matching the expected result.")
+            executed = executor.run(pred_cypher, graph)
+            return cypher_verdict(executed, gold.execution, gold.order_matters, self.reveal_expected, gold_cypher)
+        except Exception as exc:  # noqa: BLE001 - a prediction must get a score, whatever its text
+            logger.warning("judging a Cypher prediction failed unexpectedly", exc_info=True)
+            return Verdict(0.0, f"The prediction could not be judged: {type(exc).__name__}: {exc}"[:500])
 
 
 def cypher_verdict(

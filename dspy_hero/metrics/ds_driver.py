@@ -1,29 +1,40 @@
 """DSCodeBench-style output comparison, run INSIDE the Python sandbox (never imported by the host
-metric; `ds_outputs_metric` sends this file's source with a call to `_main` appended).
+metric; `ds_outputs_metric` sends this file's source with a call appended), in two processes so that
+the candidate never shares a process with the ground truth or the comparison:
 
-One process per evaluation keeps it fast: the ground truth, the candidate and the test script are
-each executed in their own namespace, `test_case_input_generator(n)` runs with Python's and numpy's
-seeds fixed at 42, then the LAST top-level function of each program is applied to a deep copy of
-every case (seeds reset to 42 before each call, so stochastic code sees the same stream) and the
-outputs are compared by type. Files a call writes (e.g. a saved figure) are compared too: each call
-runs in its own empty directory.
+1. `candidate_main` (with the candidate, never the ground truth): generate the cases with
+   `test_case_input_generator(n)` (Python's and numpy's seeds fixed at 42), apply the candidate's LAST
+   top-level function to a deep copy of each (seeds reset to 42 before each call), and print the cases
+   and the outputs (values, raised exception types, files written) as one pickled, base64 blob.
+2. `judge_main` (ground truth and comparison, no candidate code): generate the cases again, refuse
+   the blob unless its fingerprint of the cases equals theirs, apply the ground truth, load the candidate's outputs with a
+   restricted unpickler (data classes of numpy/pandas/the standard library only: no callable a pickle
+   could use to run code) and compare by type. Its report is the metric's verdict.
+
+Whatever the candidate's process prints is therefore only a claim about its own outputs: it cannot
+see the expected outputs, replace the comparison or forge the report. Files a call writes (e.g. a
+saved figure) are compared too: each call runs in its own empty directory.
 
 Semantics chosen where the benchmark leaves room: a case on which the ground truth raises matches
 when the candidate raises the same exception type; dtypes of numbers are not compared (values are,
-with tolerance); tuples and lists compare as sequences.
+with tolerance); tuples and lists compare as sequences; an output that cannot travel as data (a
+generator, a plot object) is compared by its type and repr.
 """
 
 # Executing the programs and treating any exception as a compared result is this file's job.
 # ruff: noqa: BLE001, S102, S110
 
 import ast
+import base64
 import contextlib
 import copy
 import io
 import math
 import os
+import pickle
 import random
 import sys
+import zlib
 
 RTOL = 1e-5
 ATOL = 1e-8
@@ -178,6 +189,53 @@ def _same_file(name, a, b):
     return False
 
 
+_MAX_FILE_BYTES = 4 << 20
+_MAX_BLOB_BYTES = 1 << 30  # the candidate's outputs, decompressed (a zip bomb stops here)
+_SAFE_BUILTINS = {"list", "dict", "set", "frozenset", "tuple", "complex", "bytearray", "bytes", "range", "slice",
+                  "int", "float", "str", "bool", "object"}
+_SAFE_MODULES = ("numpy", "pandas", "pyarrow", "scipy.sparse", "datetime", "decimal", "fractions", "collections",
+                 "zoneinfo", "uuid", "pytz", "dateutil.tz")
+_SAFE_FUNCTION_PREFIXES = ("_unpickle", "__pyx_unpickle", "_new_", "_reconstruct", "_restore", "_timedelta_unpickle")
+_SAFE_FUNCTIONS = {("copyreg", "_reconstructor"), ("_codecs", "encode"), ("pyarrow.lib", "py_buffer"),
+                   ("pyarrow.lib", "type_for_alias"), ("numpy.core.multiarray", "scalar"),
+                   ("numpy._core.multiarray", "scalar"), ("numpy", "dtype")}
+
+
+class _DataUnpickler(pickle.Unpickler):
+    """Loads data, not code: classes of numpy/pandas/pyarrow/scipy.sparse and data modules of the
+    standard library, and their known reconstructor functions; any other global is refused."""
+
+    def find_class(self, module, name):
+        if module == "builtins":
+            if name in _SAFE_BUILTINS:
+                return super().find_class(module, name)
+        elif (module, name) in _SAFE_FUNCTIONS:
+            return super().find_class(module, name)
+        elif any(module == m or module.startswith(m + ".") for m in _SAFE_MODULES) and "." not in name:
+            found = super().find_class(module, name)
+            if isinstance(found, type) or name.startswith(_SAFE_FUNCTION_PREFIXES):
+                return found
+        raise pickle.UnpicklingError(f"refused global {module}.{name}")
+
+
+def _portable(value):
+    """The output as data that survives the trip: a picklable value the judge's unpickler accepts,
+    else ("opaque", type name, repr)."""
+    try:
+        blob = pickle.dumps(value, protocol=4)
+        _DataUnpickler(io.BytesIO(blob)).load()
+        return ("value", blob)
+    except Exception:
+        return ("opaque", type(value).__name__, _safe_repr(value))
+
+
+def _safe_repr(value):
+    try:
+        return repr(value)[:2000]
+    except Exception:
+        return "<unrepresentable>"
+
+
 def _call(fn, case, workdir):
     """Apply fn to a deep copy of the case inside its own directory; returns (output, exc, files)."""
     os.makedirs(workdir, exist_ok=True)
@@ -210,28 +268,135 @@ def _load(source, label):
     return namespace
 
 
-def _main(ground_truth, candidate, test_script, num_cases, nonce):
+def _cases(test_script, num_cases):
+    test_ns = _load(test_script, "test_script")
+    _seed()
+    with contextlib.redirect_stdout(io.StringIO()):
+        return list(test_ns["test_case_input_generator"](num_cases))
+
+
+class _FingerprintPickler(pickle.Pickler):
+    """Pickles a case list with callables replaced by their qualified names, so that both
+    processes can fingerprint inputs that hold local functions (generators often pass lambdas)."""
+
+    def reducer_override(self, obj):
+        import types
+
+        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.LambdaType)):
+            return (str, (f"<callable {getattr(obj, '__qualname__', '?')}>",))
+        return NotImplemented
+
+
+def _fingerprint(cases):
+    """A digest of the generated inputs, equal in two processes that generated the same cases."""
+    import hashlib
+    import re
+
+    buffer = io.BytesIO()
+    try:
+        _FingerprintPickler(buffer, protocol=4).dump(cases)
+        data = buffer.getvalue()
+    except Exception:
+        data = re.sub(r" at 0x[0-9a-fA-F]+", "", _safe_repr(cases)).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _emit(marker, payload):
+    sys.stdout.flush()
+    os.write(1, ("\n" + marker + repr(payload) + "\n").encode())
+
+
+def candidate_main(candidate, test_script, num_cases, marker):
+    """Process 1: the candidate's outputs on the generated cases, as one blob line after `marker`."""
+    import shutil
+
+    out = {"fatal": None, "function": None, "cases": "", "results": []}
+
+    def finish():
+        blob = base64.b64encode(zlib.compress(pickle.dumps(out, protocol=4), 1)).decode()
+        _emit(marker, blob)
+
+    try:
+        name = _last_function(candidate)
+    except SyntaxError as exc:
+        out["fatal"] = f"SyntaxError: {exc.msg} (line {exc.lineno})"
+        return finish()
+    if name is None:
+        out["fatal"] = "the program defines no top-level function"
+        return finish()
+    try:
+        cases = _cases(test_script, num_cases)
+    except BaseException as exc:  # the benchmark's own generator fails (e.g. library version drift)
+        out["fatal"] = f"test input generator failed: {type(exc).__name__}: {exc}"[:500]
+        out["fatal_side"] = "gold"
+        return finish()
+    out["cases"] = _fingerprint(cases)
+    try:
+        ns = _load(candidate, "candidate")
+    except BaseException as exc:
+        out["fatal"] = f"{type(exc).__name__}: {exc}"[:500]
+        return finish()
+    out["function"] = name
+    fn = ns[name]
+    for index, case in enumerate(cases):
+        actual, exc, files = _call(fn, case, f"_cand/{index}")
+        shutil.rmtree(f"_cand/{index}", ignore_errors=True)
+        files = {k: v for k, v in files.items() if len(v) <= _MAX_FILE_BYTES}
+        if exc is not None:
+            out["results"].append(("raised", type(exc).__name__, {}))
+        else:
+            out["results"].append(_portable(actual) + (files,))
+    return finish()
+
+
+def _unpack(blob):
+    """The candidate's blob, loaded as data only; raises on anything else."""
+    raw = zlib.decompressobj().decompress(base64.b64decode(blob, validate=True), _MAX_BLOB_BYTES)
+    data = _DataUnpickler(io.BytesIO(raw)).load()
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise TypeError("the candidate's outputs are not a result list")
+    return data
+
+
+def _candidate_output(entry):
+    """(output, exception type name, files, opaque description) of one candidate result."""
+    if not isinstance(entry, tuple) or not entry:
+        raise ValueError("a malformed candidate result")
+    kind = entry[0]
+    if kind == "raised" and len(entry) == 3 and isinstance(entry[1], str):
+        return None, entry[1], {}, None
+    if kind == "value" and len(entry) == 3 and isinstance(entry[1], bytes) and isinstance(entry[2], dict):
+        return _DataUnpickler(io.BytesIO(entry[1])).load(), None, entry[2], None
+    if kind == "opaque" and len(entry) == 4 and isinstance(entry[3], dict):
+        return None, None, entry[3], (str(entry[1]), str(entry[2]))
+    raise ValueError("a malformed candidate result")
+
+
+def judge_main(ground_truth, test_script, num_cases, token):
+    """Process 2: the ground truth on the same cases and the comparison; reads the candidate's blob
+    from stdin and prints the report after `token`."""
     import shutil
 
     report = {"cases": 0, "matched": 0, "candidate_errors": 0, "error_types": [], "first_mismatch": None,
               "reason": "", "gt_errors": 0}
 
     def finish():
-        sys.stdout.flush()
-        os.write(1, ("\n" + nonce + repr(report) + "\n").encode())
+        _emit(token, report)
 
-    gt_name = _last_function(ground_truth)
     try:
-        cand_name = _last_function(candidate)
-    except SyntaxError as exc:
-        report["fatal"] = f"SyntaxError: {exc.msg} (line {exc.lineno})"
+        cand = _unpack(sys.stdin.read().strip())
+    except Exception as exc:
+        report["fatal"] = f"the program's outputs could not be read as data ({type(exc).__name__}: {str(exc)[:200]})"
         return finish()
+    if cand.get("fatal"):
+        report["fatal"] = str(cand["fatal"])[:500]
+        if cand.get("fatal_side") == "gold":
+            report["fatal_side"] = "gold"
+        return finish()
+    gt_name = _last_function(ground_truth)
     if gt_name is None:
         report["fatal"] = "the ground truth defines no top-level function"
         report["fatal_side"] = "gold"
-        return finish()
-    if cand_name is None:
-        report["fatal"] = "the program defines no top-level function"
         return finish()
     try:
         gt_ns = _load(ground_truth, "ground_truth")
@@ -240,43 +405,47 @@ def _main(ground_truth, candidate, test_script, num_cases, nonce):
         report["fatal_side"] = "gold"
         return finish()
     try:
-        cand_ns = _load(candidate, "candidate")
+        cases = _cases(test_script, num_cases)
     except BaseException as exc:
-        report["fatal"] = f"{type(exc).__name__}: {exc}"[:500]
-        return finish()
-    try:
-        test_ns = _load(test_script, "test_script")
-        _seed()
-        with contextlib.redirect_stdout(io.StringIO()):
-            cases = list(test_ns["test_case_input_generator"](num_cases))
-    except BaseException as exc:  # the benchmark's own generator fails (e.g. library version drift)
         report["fatal"] = f"test input generator failed: {type(exc).__name__}: {exc}"[:500]
         report["fatal_side"] = "gold"
         return finish()
-    gt_fn, cand_fn = gt_ns[gt_name], cand_ns[cand_name]
-    report["function"] = cand_name
+    if cand.get("cases") != _fingerprint(cases) or len(cand["results"]) != len(cases):
+        # a deterministic generator (seeds fixed at 42) gives both processes the same inputs
+        report["fatal"] = ("the program's process reported outputs for other inputs than the generated cases "
+                           "(a tampered run, or a test input generator that is not deterministic)")
+        return finish()
+    gt_fn = gt_ns[gt_name]
+    report["function"] = cand.get("function")
     types = []
     for index, case in enumerate(cases):
         report["cases"] += 1
         expected, gt_exc, gt_files = _call(gt_fn, case, f"_gt/{index}")
-        actual, exc, files = _call(cand_fn, case, f"_cand/{index}")
         shutil.rmtree(f"_gt/{index}", ignore_errors=True)
-        shutil.rmtree(f"_cand/{index}", ignore_errors=True)
+        try:
+            actual, exc_name, files, opaque = _candidate_output(cand["results"][index])
+        except Exception as exc:
+            actual, exc_name, files, opaque = None, None, {}, ("unreadable", f"{type(exc).__name__}")
         if gt_exc is not None:
             report["gt_errors"] += 1
-            ok = exc is not None and type(exc) is type(gt_exc)
+            ok = exc_name is not None and exc_name == type(gt_exc).__name__
             why = "the reference raised on this case and the program did not raise the same exception type"
-        elif exc is not None:
+        elif exc_name is not None:
             report["candidate_errors"] += 1
-            types.append(type(exc).__name__)
-            ok, why = False, f"raised {type(exc).__name__}"
+            types.append(exc_name)
+            ok, why = False, f"raised {exc_name}"
         else:
-            ok, why = same(expected, actual)
+            if opaque is not None:
+                ok = (type(expected).__name__, _safe_repr(expected)) == opaque
+                why = "" if ok else f"values differ ({opaque[0]} vs expected {_describe(expected)})"
+            else:
+                ok, why = same(expected, actual)
+            gt_files = {k: v for k, v in gt_files.items() if len(v) <= _MAX_FILE_BYTES}
             if ok and set(gt_files) != set(files):
                 ok, why = False, f"wrote files {sorted(files)} but the reference wrote {len(gt_files)} file(s)"
             elif ok:
                 for name in gt_files:
-                    if not _same_file(name, gt_files[name], files[name]):
+                    if not isinstance(files.get(name), bytes) or not _same_file(name, gt_files[name], files[name]):
                         ok, why = False, f"file {name} differs"
                         break
         if ok:
@@ -284,6 +453,6 @@ def _main(ground_truth, candidate, test_script, num_cases, nonce):
         elif report["first_mismatch"] is None:
             report["first_mismatch"] = index
             report["reason"] = why
-            report["detail"] = "" if exc is not None else repr(expected)[:300]
+            report["detail"] = "" if exc_name is not None else _safe_repr(expected)[:300]
     report["error_types"] = sorted(set(types))
     return finish()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, TIMEOUT, Execution
-from dspy_hero.execution.python import PythonSandbox
+from dspy_hero.execution.python import TAMPERED, PythonSandbox
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     Verdict,
@@ -28,6 +28,7 @@ from dspy_hero.metrics.base import (
 
 _DRIVER_PATH = Path(__file__).with_name("ds_driver.py")
 _MAX_RAW = 2000
+_DS_OUTPUT_BYTES = 256 << 20  # the candidate's outputs travel as one blob on its output
 
 
 def _candidate(pred: Any) -> str:
@@ -45,9 +46,11 @@ def calibrated_program(code: str, code_prompt: str | None) -> str:
 
 
 def _defines(code: str, name: str) -> bool | None:
+    """Whether the code defines `name`; None when it cannot tell (the code does not parse, or is too
+    deeply nested or too large for the parser: a huge literal raises MemoryError or RecursionError)."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError):
         return None
     return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name
                for n in ast.walk(tree))
@@ -70,16 +73,23 @@ def python_tests_metric(
 
     def judge(gold: Any, pred: Any) -> Verdict:
         require_fields(gold, ("test_code",), "python_tests_metric")
-        code = _candidate(pred)
-        if not code.strip():
-            return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
-        code_prompt = get_field(gold, "code_prompt")
-        program = calibrated_program(code, code_prompt) if calibrated else code
-        execution = sb.run_unittest(program, get_field(gold, "test_code"), timeout_s=timeout_s)
-        return Verdict(1.0 if execution.ok else 0.0,
-                       tests_feedback(execution, code, get_field(gold, "entry_point"), reveal_expected))
+        try:
+            code = _candidate(pred)
+            if not code.strip():
+                return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
+            code_prompt = get_field(gold, "code_prompt")
+            program = calibrated_program(code, code_prompt) if calibrated else code
+            execution = sb.run_unittest(program, get_field(gold, "test_code"), timeout_s=timeout_s)
+            return Verdict(1.0 if execution.ok else 0.0,
+                           tests_feedback(execution, code, get_field(gold, "entry_point"), reveal_expected))
+        except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
+            return _unjudgeable(exc)
 
     return ExecutionMetric(judge, "python_tests_metric", "python", prediction_field=prediction_field)
+
+
+def _unjudgeable(exc: BaseException) -> Verdict:
+    return Verdict(0.0, f"failed: the prediction could not be evaluated ({type(exc).__name__}: {str(exc)[:200]})")
 
 
 def tests_feedback(execution: Execution, code: str, entry_point: str | None, reveal_expected: bool) -> str:
@@ -88,7 +98,9 @@ def tests_feedback(execution: Execution, code: str, entry_point: str | None, rev
     if execution.ok:
         return f"passed: all {d.get('tests_run', 0)} unit test(s) passed"
     parts = []
-    if execution.error_type == TIMEOUT:
+    if execution.error_type == TAMPERED:
+        parts.append(f"failed: {TAMPERED}: {execution.error_message} (tampering with the tests scores 0)")
+    elif execution.error_type == TIMEOUT:
         parts.append(f"failed: {execution.error_type}: {execution.error_message} (a timeout scores 0)")
     elif "tests_run" in d:
         parts.append(
@@ -122,8 +134,9 @@ def ds_outputs_metric(
     equal, pandas frame/series equality with tolerance, nested containers, floats with tolerance,
     written files); score 1 only if every case matches.
 
-    Example fields: ``ground_truth_code``, ``test_script``; prediction field ``code``. The whole
-    comparison runs inside one sandboxed process per evaluation (see `ds_driver`).
+    Example fields: ``ground_truth_code``, ``test_script``; prediction field ``code``. Two sandboxed
+    processes per evaluation (see `ds_driver`): the candidate's, which only reports its own outputs,
+    and the judge's, which holds the ground truth and the comparison and never runs candidate code.
     """
     if num_cases <= 0:
         raise ValueError("num_cases must be positive")
@@ -132,41 +145,65 @@ def ds_outputs_metric(
 
     def judge(gold: Any, pred: Any) -> Verdict:
         require_fields(gold, ("ground_truth_code", "test_script"), "ds_outputs_metric")
-        code = _candidate(pred)
-        if not code.strip():
-            return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
-        nonce = "@@hero-ds-" + secrets.token_hex(12) + "@@"
-        program = driver + "\n_main({!r}, {!r}, {!r}, {:d}, {!r})\n".format(
-            get_field(gold, "ground_truth_code"), code, get_field(gold, "test_script"), num_cases, nonce)
-        execution = sb.run(program, timeout_s=timeout_s)
-        report = _ds_report(execution, nonce)
-        return _ds_verdict(execution, report, reveal_expected)
+        try:
+            code = _candidate(pred)
+            if not code.strip():
+                return Verdict(0.0, f"{EMPTY_PROGRAM}: the prediction contains no code")
+            test_script = get_field(gold, "test_script")
+            marker = "@@hero-ds-outputs@@"
+            seed = secrets.randbelow(2**32)  # both processes hash alike: sets iterate in the same order
+            run = sb.run(driver + f"\ncandidate_main({code!r}, {test_script!r}, {num_cases:d}, {marker!r})\n",
+                         timeout_s=timeout_s, max_output_bytes=_DS_OUTPUT_BYTES, hash_seed=seed)
+            blob = _last_payload(run.output or "", marker)
+            if blob is None or run.truncated:
+                return _ds_verdict(run, None, reveal_expected, side="program")
+            token = "@@hero-ds-" + secrets.token_hex(12) + "@@"
+            judged = sb.run(driver + "\njudge_main({!r}, {!r}, {:d}, {!r})\n".format(
+                get_field(gold, "ground_truth_code"), test_script, num_cases, token), stdin=blob, timeout_s=timeout_s,
+                hash_seed=seed)
+            return _ds_verdict(judged, _ds_report(judged, token), reveal_expected, side="judge")
+        except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
+            return _unjudgeable(exc)
 
     return ExecutionMetric(judge, "ds_outputs_metric", "python", prediction_field=prediction_field)
 
 
-def _ds_report(execution: Execution, nonce: str) -> dict[str, Any] | None:
-    text = execution.output or ""
-    at = text.rfind(nonce)
+def _last_payload(text: str, marker: str) -> str | None:
+    at = text.rfind(marker)
     if at < 0:
         return None
-    line = text[at + len(nonce):].split("\n", 1)[0]
+    return text[at + len(marker):].split("\n", 1)[0].strip().strip("'") or None
+
+
+def _ds_report(execution: Execution, token: str) -> dict[str, Any] | None:
+    text = execution.output or ""
+    at = text.rfind(token)
+    if at < 0:
+        return None
+    line = text[at + len(token):].split("\n", 1)[0]
     try:
         report = ast.literal_eval(line)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     return report if isinstance(report, dict) else None
 
 
-def _ds_verdict(execution: Execution, report: dict[str, Any] | None, reveal_expected: bool) -> Verdict:
+def _ds_verdict(execution: Execution, report: dict[str, Any] | None, reveal_expected: bool,
+                side: str = "judge") -> Verdict:
     if report is None:
         if execution.error_type == TIMEOUT:
             return Verdict(0.0, f"failed: {TIMEOUT}: {execution.error_message} (a timeout scores 0)")
-        return Verdict(0.0, f"failed: the evaluation did not complete: {execution.describe()}")
+        if execution.truncated:
+            return Verdict(0.0, "failed: the program's outputs passed the sandbox's output cap")
+        where = "the program's run" if side == "program" else "the comparison"
+        return Verdict(0.0, f"failed: {where} did not complete: {execution.describe()}")
     if report.get("fatal"):
         side = "the reference solution" if report.get("fatal_side") == "gold" else "the program"
         return Verdict(0.0, f"failed: {side} could not be evaluated: {report['fatal']}")
-    cases, matched = int(report.get("cases", 0)), int(report.get("matched", 0))
+    try:
+        cases, matched = int(report.get("cases", 0)), int(report.get("matched", 0))
+    except (TypeError, ValueError):
+        return Verdict(0.0, "failed: the comparison's report is malformed")
     if cases == 0:
         return Verdict(0.0, "failed: the test input generator produced no cases")
     if matched == cases:

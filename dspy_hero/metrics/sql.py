@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, Execution
-from dspy_hero.execution.sqlite import SQLiteExecutor
+from dspy_hero.execution.sqlite import SQLiteExecutor, Watchdog
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     LRUCache,
@@ -73,6 +73,7 @@ class SQLJudge:
         self.max_rows = int(max_rows)
         self.reveal_expected = bool(reveal_expected)
         self._cache = LRUCache(cache_size)
+        self._watchdog = Watchdog()  # one backstop thread for the executors this judge makes per query
 
     def clear(self) -> None:
         self._cache.clear()
@@ -82,7 +83,7 @@ class SQLJudge:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        execution = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(gold_sql)
+        execution = self._executor(db_path).run(gold_sql)
         entry = _Gold(execution, self.semantics == "spider" and has_order_by(gold_sql))
         self._cache.put(key, entry)
         return entry
@@ -104,11 +105,18 @@ class SQLJudge:
             return Verdict(
                 0.0, f"gold query failed: the reference query {why}; this example cannot be scored.{note}"
             )
-        pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
-        executed = SQLiteExecutor(db_path, self.timeout_s, self.max_rows).run(pred_sql)
-        return sql_verdict(
-            executed, gold.execution, self.semantics, gold.order_matters, self.reveal_expected, gold_sql
-        )
+        try:
+            pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
+            executed = self._executor(db_path).run(pred_sql)
+            return sql_verdict(
+                executed, gold.execution, self.semantics, gold.order_matters, self.reveal_expected, gold_sql
+            )
+        except Exception as exc:  # noqa: BLE001 - a prediction must get a score, whatever its text
+            logger.warning("judging an SQL prediction failed unexpectedly", exc_info=True)
+            return Verdict(0.0, f"The prediction could not be judged: {type(exc).__name__}: {exc}"[:500])
+
+    def _executor(self, db_path: str) -> SQLiteExecutor:
+        return SQLiteExecutor(db_path, self.timeout_s, self.max_rows, watchdog=self._watchdog)
 
 
 def sql_verdict(

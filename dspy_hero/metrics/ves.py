@@ -13,15 +13,18 @@ uses (the original times ``cursor.execute`` only, which for SQLite covers just t
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dspy_hero.execution.sqlite import SQLiteExecutor
+from dspy_hero.execution.sqlite import SQLiteExecutor, Watchdog
 from dspy_hero.metrics.base import extract_code, get_field, prediction_text, require_fields
 from dspy_hero.metrics.compare import bird_equal
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "VESDetail",
@@ -72,12 +75,22 @@ def drop_outliers(values: Sequence[float]) -> list[float]:
     return kept or list(values)
 
 
-def _timed(gold_sql: str, pred_sql: str, db_path: str, repetitions: int, timeout_s: float) -> VESDetail:
+def _timed(
+    gold_sql: str, pred_sql: str, db_path: str, repetitions: int, timeout_s: float, watchdog: Watchdog | None = None
+) -> VESDetail:
     if repetitions < 1:
         raise ValueError(f"repetitions must be >= 1, got {repetitions!r}")
-    executor = SQLiteExecutor(db_path, timeout_s=timeout_s)
+    executor = SQLiteExecutor(db_path, timeout_s=timeout_s, watchdog=watchdog)
     if not executor.exists():
         raise FileNotFoundError(f"VES: database file not found: {db_path}")
+    try:
+        return _timed_on(executor, gold_sql, pred_sql, repetitions)
+    except Exception as exc:  # noqa: BLE001 - a prediction must get a score, whatever its text
+        logger.warning("VES could not judge a prediction", exc_info=True)
+        return VESDetail(False, None, 0.0, note=f"the prediction could not be judged: {type(exc).__name__}: {exc}"[:500])
+
+
+def _timed_on(executor: SQLiteExecutor, gold_sql: str, pred_sql: str, repetitions: int) -> VESDetail:
     gold = executor.run(gold_sql)
     if not gold.ok or gold.truncated:
         return VESDetail(False, None, 0.0, note=f"gold query failed: {gold.describe(max_rows=0)}")
@@ -156,10 +169,11 @@ def _corpus(
     for ex in examples:
         require_fields(ex, ("gold_sql", "db_path"), kind)
     details = []
+    watchdog = Watchdog()  # one backstop thread for the whole corpus
     for ex, pred in zip(examples, predictions):
         pred_sql = extract_code(prediction_text(pred, "sql"), "sql")
         detail = _timed(
-            str(get_field(ex, "gold_sql")), pred_sql, str(get_field(ex, "db_path")), repetitions, timeout_s
+            str(get_field(ex, "gold_sql")), pred_sql, str(get_field(ex, "db_path")), repetitions, timeout_s, watchdog
         )
         details.append(_with_reward(detail, reward_of))
     score = 100.0 * statistics.fmean(d.reward for d in details) if details else 0.0

@@ -15,6 +15,9 @@ General language never blocks: program keywords and functions (``COUNT(DISTINCT 
 ``ORDER BY ... LIMIT``), format strings (``'%Y'``), numbers up to `max_general_number` (``LIMIT 10``
 for top-10 questions), and spans made only of keywords, punctuation and common words. A literal that
 several shown instances share (a value the task keeps using) is a pattern, not one instance's answer.
+A label stringified from a mapping or list (a case's parameters, ``{'year': 2023, 'month': 3}``)
+contributes its values, never its keys: a field name such as 'month' is not one instance's value, and
+treating it as one blocked "compare by year, month and day" on the conventions task.
 Why: the old guard blocked any quoted literal or two-digit number of a gold query, which refused the
 rules a SQL task needs ("use strftime('%Y', ...)") while a rule naming an entity value passed only if
 it was unquoted.
@@ -22,6 +25,7 @@ it was unquoted.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -133,8 +137,33 @@ class MemorizationGuard:
         return GuardVerdict(True, "no label, one-instance literal or copied span")
 
 
+def _structured(text: str) -> Any:
+    """The dict / list / tuple a label was stringified from (evidence stores labels as str), else None."""
+    t = text.strip()
+    if len(t) < 2 or (t[0], t[-1]) not in (("{", "}"), ("[", "]"), ("(", ")")):
+        return None
+    try:
+        data = ast.literal_eval(t)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return data if isinstance(data, (dict, list, tuple)) else None
+
+
+def _leaves(data: Any) -> list[str]:
+    """The values of a structured label, never its keys: in ``{'year': 2023, 'month': 3}`` the
+    instance's values are 2023 and 3; 'month' names a field, as general as the word itself."""
+    if isinstance(data, dict):
+        return [x for v in data.values() for x in _leaves(v)]
+    if isinstance(data, (list, tuple, set)):
+        return [x for v in data for x in _leaves(v)]
+    return [] if data is None or isinstance(data, bool) else [str(data)]
+
+
 def _literals(value: str, numbers: bool = True) -> list[str]:
     text = str(value)
+    data = _structured(text) if numbers else None
+    if data is not None:  # a label's parameters: each value is a literal, quoted inside or not
+        return [x for leaf in _leaves(data) for x in (_literals(leaf) if _QUOTED.search(leaf) else [leaf.strip()]) if x]
     out = [(a or b or c).strip() for a, b, c in _QUOTED.findall(text)]
     if numbers:
         out += _NUMBER.findall(text)

@@ -22,6 +22,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 from dspy_hero.optimizer.budget import resolve_budget
 from dspy_hero.optimizer.reflection import GepaProposerAdapter
 from dspy_hero.optimizer.rollout import MetricAdapter
+from dspy_hero.optimizer.mlflow_log import log_compile
 from dspy_hero.optimizer.run import HeroRun, Overrides, default_proposer
 from dspy_hero.optimizer.settings import HeroSettings
 from dspy_hero.optimizer.strategies.sampler import diagnosis_limit
@@ -278,7 +279,9 @@ class HeroOptimizer(Teleprompter):
         with dspy.context(lm=self.task_model) if self.task_model is not None else contextlib.nullcontext():
             run = HeroRun(settings, overrides, self.metric, self.reflection_lm, student, list(trainset or []),
                           list(valset) if valset else None)
-            return run.execute()
+            program = run.execute()
+        log_compile(self.get_params(), program.detailed_results)  # no-op unless MLflow is active
+        return program
 
     def _settings(self, num_threads: int | None) -> HeroSettings:
         """The frozen settings of a run (`num_threads` None: dspy.settings.num_threads, as dspy.Evaluate)."""

@@ -42,9 +42,22 @@ _CODE = re.compile(
 _INSTRUCTION_START = re.compile(
     r"^(?:always|never|when|whenever|if|for|use|do|don't|do not|avoid|prefer|make|ensure|return|include|"
     r"select|write|check|only|keep|count|join|group|order|sort|filter|handle|qualify|treat|match|"
-    r"remember|before|after|to|in|each|every|read|map|compute)\b",
+    r"remember|before|after|to|in|each|every|read|map|compute|exclude|convert|compare|look|divide|multiply|"
+    r"ignore|cast|parse|trim|normalize|normalise|skip|drop|apply|assume|verify|inspect)\b",
     re.IGNORECASE,
 )
+# Where a declarative rule's imperative clause starts: "Amounts may be stored in minor units: check
+# sample values and convert ...", "Rows with a deletion timestamp are gone; exclude them ...".
+_CLAUSE_BREAK = re.compile(r"\s*(?::|;|\s[-\u2013\u2014]\s|,\s*so\s)\s*")
+
+
+def reads_as_instruction(sentence: str) -> bool:
+    """Does the sentence start with an instruction, or state a fact and then say what to do about it
+    in a clause of its own (after ':', ';', a dash or ', so')? A declarative sentence with no such
+    clause ("The query failed because ...", "Amounts are stored in cents.") is not a rule."""
+    if _INSTRUCTION_START.match(sentence):
+        return True
+    return any(_INSTRUCTION_START.match(part) for part in _CLAUSE_BREAK.split(sentence)[1:] if part)
 _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNORECASE)
 
 
@@ -147,8 +160,8 @@ def clean_rule(text: str) -> tuple[str, str | None]:
         return sentence, "looks like code, not an instruction"
     if re.search(r"[{}\[\]#<>|\\]", sentence):
         return sentence, "contains markup or code symbols"
-    if not _INSTRUCTION_START.match(sentence):
-        return sentence, "does not read as an instruction (Always / Never / When / Use ...)"
+    if not reads_as_instruction(sentence):
+        return sentence, "does not read as an instruction (Always / Never / When / Use ..., or a fact then what to do)"
     words = re.findall(r"[A-Za-z]+", sentence)
     if len(words) < 4:
         return sentence, "too short to be a general instruction"

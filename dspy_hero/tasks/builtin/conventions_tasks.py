@@ -36,6 +36,14 @@ parameters) afresh, so several seeds give several draws of the same design. At s
     The fully naive SQL is wrong on 88.5% of the optimization and 89.3% of the evaluation questions
     (`benchmarks/conventions_stats.py`, which also reports seeds 1 and 2).
 
+The demo (``builtin-conventions-demo``, `conventions_demo_task`): 112 optimization and 20 evaluation
+questions of the same split, balanced over databases and chosen by `demo_subset` so that up to three
+quarters of each database's share hinge on a single convention kind (82 of the 132 at seed 0, as some
+databases have fewer such questions; the rest: multi-convention questions and controls).
+Why: a demo-sized run can adopt a rule only if the rule alone fixes enough update pairs to pass the
+sound paired test; on the full mix, where a missed second convention still makes the answer wrong,
+one right rule fixes too few. The full task is unchanged.
+
 What the model sees. ``db_schema`` is the compact DDL (no comments; plausible column names such as
 ``price``, ``is_active``, ``status``, ``deleted_at``) followed by the first three rows of every
 table, as stored (`schema_with_rows`; ``sample_rows=0`` drops them): a generator can "check the
@@ -621,12 +629,12 @@ def split_examples(examples: Sequence[dspy.Example]) -> tuple[list[dspy.Example]
 
 
 def _note(train: Sequence[dspy.Example], test: Sequence[dspy.Example], seed: int, sample_rows: int,
-          extra: str = "") -> str:
+          extra: str = "", name: str = TASK_NAME) -> str:
     def dbs(exs: Sequence[dspy.Example]) -> str:
         return ", ".join(dict.fromkeys(ex.db_id for ex in exs))
 
     return (
-        f"{TASK_NAME}: split by database, fixed by design: {len(train)} optimization questions over "
+        f"{name}: split by database, fixed by design: {len(train)} optimization questions over "
         f"{len({ex.db_id for ex in train})} databases ({dbs(train)}) / {len(test)} evaluation questions over "
         f"{len({ex.db_id for ex in test})} other databases ({dbs(test)}); both sides follow the same kinds of "
         f"convention with different spellings; data seed {seed}; db_schema shows the DDL and {sample_rows} "
@@ -666,20 +674,80 @@ def balanced_subset(examples: Sequence[dspy.Example], size: int, seed: int) -> l
     return [ex for ex in examples if str(ex.example_id) in chosen]
 
 
+DEMO_TRAIN_SIZE = 112  # 16 per optimization database: an update pool of 4 databases holds 64 questions
+DEMO_TEST_SIZE = 20
+DEMO_SINGLE_SHARE = 0.75
+
+
+def _interleaved(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
+    """Round-robin over databases (each database's own order kept), so any prefix (``--test-limit``)
+    still covers every database."""
+    groups: dict[str, list[dspy.Example]] = {}
+    for ex in examples:
+        groups.setdefault(str(ex.db_id), []).append(ex)
+    out: list[dspy.Example] = []
+    while any(groups.values()):
+        for members in groups.values():
+            if members:
+                out.append(members.pop(0))
+    return out
+
+
+def demo_subset(examples: Sequence[dspy.Example], size: int, seed: int,
+                single_share: float = DEMO_SINGLE_SHARE) -> list[dspy.Example]:
+    """`size` examples, balanced over databases, where about `single_share` of each database's quota
+    are questions that hinge on ONE convention kind and the rest (multi-convention questions and
+    controls) are drawn in seeded order; returned interleaved over databases.
+
+    Why: on the full task most questions touch two or more conventions, and a writer who misses any
+    one of them still answers wrongly, so one correct rule alone fixes few questions (on the old
+    84-question demo, 1 to 4 of 48 update pairs per rule). A sound paired test at the run's level
+    (alpha / (T * K), about 8 fixes and no break) can then adopt nothing in a demo-sized run, even
+    though the rule is right. A subset where a rule's own questions are common lets a demo-sized
+    run show the mechanism -- a rule adopted on some databases, tested on others -- while the
+    multi-convention questions keep showing that one rule is not the whole story. Every method
+    sees the same subset; the full task (``builtin-conventions``) is unchanged."""
+    if not 0.0 <= single_share <= 1.0:
+        raise ValueError(f"single_share must be in [0, 1], got {single_share}")
+    groups: dict[str, list[dspy.Example]] = {}
+    for ex in seeded_order(list(examples), seed, key=lambda ex: str(ex.example_id)):
+        groups.setdefault(str(ex.db_id), []).append(ex)
+    quotas = {db: size // len(groups) + (i < size % len(groups)) for i, db in enumerate(groups)} if groups else {}
+    chosen: list[dspy.Example] = []
+    for db, members in groups.items():
+        quota = min(quotas[db], len(members))
+        singles = [ex for ex in members if len(ex.conventions) == 1]
+        others = [ex for ex in members if len(ex.conventions) != 1]
+        take = singles[: min(len(singles), round(quota * single_share))]
+        take += others[: quota - len(take)]
+        take += [ex for ex in singles if ex not in take][: quota - len(take)]
+        chosen += take
+    ids = {str(ex.example_id) for ex in chosen}
+    return _interleaved([ex for ex in examples if str(ex.example_id) in ids])
+
+
 def conventions_demo_task(
-    train_size: int = 84, test_size: int = 24, split_seed: int = 0, directory: Path | None = None,
-    sample_rows: int = SAMPLE_ROWS, **_: object
+    train_size: int = DEMO_TRAIN_SIZE, test_size: int = DEMO_TEST_SIZE, split_seed: int = 0,
+    directory: Path | None = None, sample_rows: int = SAMPLE_ROWS, single_share: float = DEMO_SINGLE_SHARE,
+    **_: object
 ) -> Task:
-    """A demo-sized conventions Task for `hero demo`: `train_size` optimization and `test_size` evaluation
-    questions, balanced over databases, from the same fixed cross-database split."""
+    """The demo-sized conventions Task of `hero demo` (``builtin-conventions-demo``): `train_size`
+    optimization and `test_size` evaluation questions from the same fixed cross-database split, chosen
+    by `demo_subset` on both sides (balanced over databases, mostly single-convention questions; see
+    there why). ``single_share=0`` gives a plain balanced subset."""
     from dspy_hero.metrics.sql import sql_execution_metric
     from dspy_hero.tasks.builtin import make_task
 
     train, test = split_examples(conventions_examples(split_seed, directory, sample_rows))
-    train, test = balanced_subset(train, train_size, split_seed), balanced_subset(test, test_size, split_seed)
-    note = _note(train, test, split_seed, sample_rows, extra="; demo subset, balanced over databases")
+    train = demo_subset(train, train_size, split_seed, single_share)
+    test = demo_subset(test, test_size, split_seed, single_share)
+    singles = sum(len(ex.conventions) == 1 for ex in train + test)
+    note = _note(train, test, split_seed, sample_rows,
+                 extra=(f"; demo subset, balanced over databases, {singles} of {len(train) + len(test)} questions "
+                        f"hinge on a single convention (share {single_share})"), name=f"{TASK_NAME}-demo")
     return make_task(
-        name=TASK_NAME, language="sql", train=train, test=test, metric=sql_execution_metric(),
+        name=f"{TASK_NAME}-demo", language="sql", train=train, test=test, metric=sql_execution_metric(),
         inputs=INPUTS, group_key="db_id", split_note=note,
-        extras={"data_seed": split_seed, "sample_rows": sample_rows, "demo_subset": True},
+        extras={"data_seed": split_seed, "sample_rows": sample_rows, "demo_subset": True,
+                "single_share": single_share},
     )

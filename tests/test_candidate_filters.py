@@ -1,0 +1,85 @@
+"""The filters a candidate rule passes before any acceptance test: the not-a-rule filter of small-model
+reflection (`clean_rule`) and the memorization guard. Both ways each: a general rule passes, an
+observation, an error message or one instance's value does not.
+
+Why these tests: on the conventions task both filters refused the very rules the task needs --
+"Amounts may be stored as integers in minor units: check sample values ..." (a declarative rule
+with an imperative clause) did "not read as an instruction", and "compare by year, month and day"
+was blocked because one case's parameters label, ``{'year': 2023, 'month': 3}``, has a key 'month'.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from dspy_hero.optimizer.guard import MemorizationGuard
+from dspy_hero.optimizer.reflection_cases import clean_rule, reads_as_instruction
+
+RULES = [
+    ("Amounts may be stored as integers in minor units (cents, fils): check sample values and convert to the "
+     "currency unit the question asks for."),
+    ("Rows whose deletion timestamp (deleted_at, removed_at, ...) is set no longer exist: exclude them wherever "
+     "the table is read."),
+    "Yes/no columns may hold text such as 'Y'/'N' or 'true'/'false'; check sample values before filtering on them.",
+    "Dates may be stored as text in a local format - compare them by year, month and day with substr.",
+    "Status columns hold codes, so match the stored code of the word in the question.",
+    "Always qualify column names with their table alias.",
+]
+
+NOT_RULES = [
+    "Amounts may be stored as integers in minor units.",  # a fact with nothing to do
+    "The query failed because the column price does not exist.",
+    "Error: no such column: price",
+    "Note: the database is SQLite and the query returned 3 rows.",
+    "This case returned the wrong number of rows, so the answer was wrong.",
+]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_rule_with_an_imperative_clause_is_a_rule(rule):
+    assert reads_as_instruction(rule)
+    kept, problem = clean_rule(rule)
+    assert problem is None and kept == rule
+
+
+@pytest.mark.parametrize("text", NOT_RULES)
+def test_observations_and_messages_are_not_rules(text):
+    assert not reads_as_instruction(text)
+    assert clean_rule(text)[1] is not None
+
+
+def case(params: str, gold: str = "SELECT COUNT(*) FROM orders o WHERE substr(o.ordered, 7, 4) = '2023'"):
+    return SimpleNamespace(case_id="F12", inputs={"question": "How many orders were placed in March 2023?"},
+                           labels={"gold_sql": gold, "params": params, "conventions": "('date_format',)"})
+
+
+DATE_RULE = ("Dates may be stored as text in a local format (DD/MM/YYYY, YYYYMMDD): check sample values and "
+             "compare or sort by year, month and day with substr.")
+
+
+def test_the_field_names_of_a_structured_label_do_not_block_a_general_rule():
+    verdict = MemorizationGuard().check(DATE_RULE, "Write SQL.", [case("{'year': 2023, 'month': 3}")])
+    assert verdict.allowed, verdict.reason
+
+
+def test_the_values_of_a_structured_label_still_block():
+    guard = MemorizationGuard()
+    # a value of the parameters that is nowhere else (not in the gold, not in the question)
+    country = guard.check("Only count customers from Portugal.", "Write SQL.",
+                          [case("{'country': 'Portugal', 'x': 42}", gold="SELECT COUNT(*) FROM customers")])
+    assert not country.allowed and "'Portugal'" in country.reason and "params" in country.reason
+    number = guard.check("Count only amounts above 42.", "Write SQL.",
+                         [case("{'country': 'Portugal', 'x': 42}", gold="SELECT COUNT(*) FROM customers")])
+    assert not number.allowed and "'42'" in number.reason
+    # and the gold's own literal, as before
+    year = guard.check("Only count orders from 2023.", "Write SQL.", [case("{'year': 2023, 'month': 3}")])
+    assert not year.allowed
+
+
+def test_a_plain_text_label_is_read_as_before():
+    # not a structured label: a quoted string in it is a literal, whatever precedes a colon
+    plain = SimpleNamespace(case_id="F3", inputs={"question": "q"},
+                            labels={"answer": "status 'month': closed"})
+    assert not MemorizationGuard().check("Use the value month for closed ones.", "Write SQL.", [plain]).allowed
