@@ -204,7 +204,7 @@ class HeroRun:
             return list(program.signature.output_fields)
         if isinstance(getattr(program, "output_field", None), str):
             return [program.output_field]
-        if type(program).forward.__module__.startswith("dspy."):
+        if (getattr(getattr(type(program), "forward", None), "__module__", "") or "").startswith("dspy."):
             return list(list(program.named_predictors())[-1][1].signature.output_fields)
         return None
 
