@@ -1,17 +1,20 @@
 """Failing LMs during HERO-O (issue 7): rate limits are retried with backoff by DSPy's LM layer; what
-still fails counts as a failed rollout against the budget, is recorded, and never stops the run; an LM
-that cannot be reached at all ends with the seed program and a clear warning."""
+still fails counts as a failed rollout against the budget and is recorded; an LM that fails on every
+request stops the run early with a clear message (max_errors, issue 13), unless max_errors is raised,
+when the run ends with the seed program and a clear warning."""
 
 from __future__ import annotations
 
 import threading
 
 import dspy
+import pytest
 from dspy.lm15 import RateLimitError
 from optimizer_toy import COUNT_RULE, feedback_metric, make_examples, program, reflection_lm
 
 from dspy_hero.lm.scripted import ScriptedEngine
 from dspy_hero.optimizer.hero import HeroOptimizer
+from dspy_hero.optimizer.rollout import RolloutAbort
 
 
 def rate_limited_task_lm(every: int, retries: int) -> tuple[dspy.LM, dict[str, int]]:
@@ -50,28 +53,42 @@ def test_rate_limits_are_retried_and_cost_no_rollout():
     res = out.detailed_results
     assert seen["429"] > 0
     # Each refused request was retried: the LM saw more requests than there were rollouts, none failed.
-    assert seen["requests"] == res.total_metric_calls + seen["429"]
+    assert seen["requests"] == res.total_metric_calls - res.preflight_metric_calls + seen["429"]
     assert COUNT_RULE in out.generate.signature.instructions
 
 
-def test_persistent_rate_limits_fail_rollouts_but_not_the_run(caplog):
+def test_persistent_rate_limits_stop_the_run_early():
     lm, seen = rate_limited_task_lm(every=1, retries=1)  # every request refused, one retry each
-    out = compile_with(lm, max_metric_calls=60)
+    with pytest.raises(RolloutAbort, match=r"first 10 rollouts all failed for the same reason: LMRateLimitError"):
+        compile_with(lm, max_metric_calls=60)
+    assert seen["requests"] <= 2 * 12  # ~10 rollouts, not the budget's 59
+
+
+def test_persistent_rate_limits_fail_rollouts_but_not_the_run_with_a_high_max_errors(caplog):
+    lm, seen = rate_limited_task_lm(every=1, retries=1)  # every request refused, one retry each
+    out = compile_with(lm, max_metric_calls=60, max_errors=1000)
     res = out.detailed_results
-    assert res.total_metric_calls + res.preflight_metric_calls <= 60
-    assert seen["requests"] == 2 * res.total_metric_calls  # one try + one retry per rollout, all refused
+    assert res.total_metric_calls <= 60
+    # one try + one retry per rollout, all refused
+    assert seen["requests"] == 2 * (res.total_metric_calls - res.preflight_metric_calls)
     cases = [c for r in res.rounds for c in r.diagnosis_cases]
     assert cases and all("429" in (c.get("error") or "") for c in cases)  # the error is in the results
     assert out.generate.signature.instructions == program().generate.signature.instructions
     assert any("adopted no candidate" in w for w in res.warnings)
 
 
-def test_unreachable_task_lm_ends_with_the_seed_and_a_warning():
+def test_unreachable_task_lm_stops_the_run_with_the_reason():
+    lm = dspy.LM("openai/nothing-here", api_base="http://127.0.0.1:9/v1", api_key="x", cache=False, num_retries=0)
+    with pytest.raises(RolloutAbort, match=r"same reason: LMTransportError.*Connection refused"):
+        compile_with(lm, max_metric_calls=24)
+
+
+def test_unreachable_task_lm_ends_with_the_seed_and_a_warning_with_a_high_max_errors():
     # A real OpenAI-compatible client pointed at a closed loopback port: connection refused.
     lm = dspy.LM("openai/nothing-here", api_base="http://127.0.0.1:9/v1", api_key="x", cache=False, num_retries=0)
-    out = compile_with(lm, max_metric_calls=24)
+    out = compile_with(lm, max_metric_calls=24, max_errors=1000)
     res = out.detailed_results
-    assert 0 < res.total_metric_calls + res.preflight_metric_calls <= 24
+    assert 0 < res.total_metric_calls <= 24
     assert out.generate.signature.instructions == program().generate.signature.instructions
     assert res.warnings
     cases = [c for r in res.rounds for c in r.diagnosis_cases]

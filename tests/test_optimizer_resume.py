@@ -63,6 +63,8 @@ def compile_once(log_dir, tl, rl, threads=1):
 def comparable(res):
     d = res.to_dict()
     d.pop("replayed_metric_calls")
+    for where in ("settings", "log_dir"):  # where and how it ran (log_dir, threads), not what it decided
+        d.pop(where)
     return d
 
 

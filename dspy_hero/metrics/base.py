@@ -16,9 +16,14 @@ Python     prompt, [code_prompt], entry_point | test_code            ``code``
            (output comparison, DSCodeBench semantics)
 =========  =======================================================  ================
 
-Environment references (``db_path``, ``db_id``, ``graph``, ``graph_source``, ``entry_point``,
-``code_prompt``) may be marked as inputs too, so that `dspy.Evaluate` passes them to HERO-T, which
-needs them to reach the environment; `GenerateProgram` shows the LM only its signature's fields.
+Environment references (``db_path``, ``db_id``, ``graph``, ``graph_source``, ``engine``,
+``entry_point``, ``code_prompt``) need not be marked as inputs: metrics and environments read them from
+the whole example, and HERO-O, HERO-T and `evaluate_program` pass a program only the inputs it accepts
+(`program_inputs`: its forward's parameters or its predictors' signature inputs, plus any environment
+reference it names). They may still be marked, so that a plain `dspy.Evaluate` passes them to HERO-T.
+
+The prediction field is the language's default above; every metric factory takes
+``prediction_field=`` for a program whose output is named otherwise (``query``, ``answer``, ...).
 
 Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``,
 ``canonical_solution``) must not
@@ -29,6 +34,7 @@ Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` repo
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from collections import OrderedDict
@@ -41,6 +47,8 @@ import dspy
 PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
 # Labels: never LM inputs, never read by HERO-T. canonical_solution is BigCodeBench's reference program.
 LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution")
+# Fields that locate an environment: passed to a program that names them even when not marked as inputs.
+ENVIRONMENT_REFERENCES = ("db_path", "db_id", "graph", "graph_source", "engine", "entry_point", "code_prompt")
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,126 @@ def prediction_text(pred: Any, field: str) -> str:
     return value or ""
 
 
+def output_names(pred: Any) -> list[str] | None:
+    """The output field names of a Prediction, dict or object (None for a plain string: no fields)."""
+    if pred is None or isinstance(pred, str):
+        return None
+    if isinstance(pred, dict):
+        return [str(k) for k in pred]
+    keys = getattr(pred, "keys", None)
+    if callable(keys):
+        try:
+            return [str(k) for k in keys()]
+        except Exception:
+            pass
+    return sorted(k for k in vars(pred) if not k.startswith("_")) if hasattr(pred, "__dict__") else []
+
+
+def has_output(pred: Any, field: str) -> bool:
+    """Does the prediction carry `field` at all (an empty value counts as present)? A string does."""
+    names = output_names(pred)
+    return names is None or field in names
+
+
+def missing_field_verdict(pred: Any, field: str) -> Verdict | None:
+    """A zero Verdict saying which field is missing when `pred` lacks `field`, else None."""
+    if pred is None or has_output(pred, field):
+        return None
+    names = [n for n in (output_names(pred) or []) if n != "reasoning"]
+    hint = f"; pass prediction_field={names[0]!r} to the metric" if len(names) == 1 else ""
+    return Verdict(0.0, f"MissingField: the prediction has no field {field!r} (its fields: "
+                        f"{', '.join(output_names(pred) or []) or 'none'}){hint}.")
+
+
+# Feedback openings of verdicts that say the EXAMPLE (not the program) cannot be scored: a broken
+# reference, an unreachable environment, a prediction without the metric's field. The same one on
+# every rollout means a broken setup, which HERO-O's fail-fast stops (optimizer/rollout.py).
+_UNSCORABLE = ("gold query failed", "MissingField:", "EnvironmentError:", "failed: the reference solution")
+
+
+def unscorable_reason(feedback: Any) -> str | None:
+    """The reason part of a "cannot be scored" feedback (up to its first ';' or '('), else None."""
+    text = str(feedback or "")
+    if not text.startswith(_UNSCORABLE) and "cannot be scored" not in text:
+        return None
+    return re.split(r"[;(]", text, maxsplit=1)[0].strip()
+
+
+def program_input_names(program: Any) -> tuple[str, ...] | None:
+    """The keyword inputs `program` accepts, or None when it accepts anything.
+
+    Why: DSPy programs are called with ``**example.inputs()``; an input the program does not declare
+    makes `dspy.Predict` log "Input contains fields not in signature" on every call and a custom
+    ``forward(self, question, db_schema)`` raise TypeError. In order: a program's own
+    ``accepted_inputs()`` (HeroRefine: its generator's inputs plus the environment references), a
+    `dspy.Predict`'s signature inputs, else the forward's named parameters, plus, when it takes
+    ``**kwargs``, the inputs of its predictors that no predictor produces (ChainOfThought, ...).
+    """
+    own = getattr(program, "accepted_inputs", None)
+    if callable(own):
+        names = own()
+        return None if names is None else tuple(names)
+    if isinstance(program, dspy.Predict):
+        return tuple(program.signature.input_fields)
+    forward = getattr(program, "forward", None) or program
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        return tuple(named)
+    predictors = [p for _, p in program.named_predictors()] if hasattr(program, "named_predictors") else []
+    if not predictors:
+        return None
+    produced = {n for p in predictors for n in p.signature.output_fields}
+    for p in predictors:
+        named += [n for n in p.signature.input_fields if n not in produced and n not in named]
+    return tuple(named)
+
+
+def required_inputs(program: Any) -> tuple[str, ...]:
+    """The forward parameters without a default (a call without them raises TypeError)."""
+    if isinstance(program, dspy.Predict) or callable(getattr(program, "accepted_inputs", None)):
+        return ()
+    try:
+        params = inspect.signature(getattr(program, "forward", None) or program).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                 and p.default is p.empty and p.name != "self")
+
+
+def program_inputs(program: Any, example: Any, names: tuple[str, ...] | None | str = "infer") -> dict[str, Any]:
+    """The keyword arguments to call `program` with on `example`: the example's inputs the program
+    accepts, plus the environment references it names even when they are not marked as inputs.
+    Label fields are never passed. `names` is `program_input_names(program)`, computed once by callers
+    that call the same program many times."""
+    if isinstance(names, str):
+        names = program_input_names(program)
+    marked = dict(example.inputs()) if hasattr(example, "inputs") else dict(example)
+    if names is None:
+        return {k: v for k, v in marked.items() if k not in LABEL_FIELDS}
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in LABEL_FIELDS:
+            continue
+        if name in marked:
+            out[name] = marked[name]
+        elif name in ENVIRONMENT_REFERENCES and _get(example, name) is not None:
+            out[name] = _get(example, name)
+    return out
+
+
+def label_inputs(example: Any) -> list[str]:
+    """The label fields an example marks as inputs (they would reach the program and the reflector)."""
+    try:
+        keys = example.inputs().keys()
+    except Exception:
+        return []
+    return [k for k in keys if k in LABEL_FIELDS]
+
+
 def require_fields(example: Any, fields: tuple[str, ...], metric_name: str) -> None:
     """Fail with a clear message when an example lacks what the metric needs."""
     missing = [f for f in fields if _get(example, f) is None]
@@ -157,17 +285,29 @@ class ExecutionMetric:
     Instances are thread-safe if their judge is (each judge opens fresh connections per call).
     """
 
-    def __init__(self, judge: JudgeFn, name: str, language: str, close: Callable[[], None] | None = None):
+    def __init__(self, judge: JudgeFn, name: str, language: str, close: Callable[[], None] | None = None,
+                 prediction_field: str | None = None):
+        if prediction_field is not None and (not isinstance(prediction_field, str) or not prediction_field.isidentifier()):
+            raise ValueError(f"prediction_field must be a field name such as 'sql', got {prediction_field!r}")
         self.judge = judge
         self.__name__ = name
         self.language = language
-        self.prediction_field = PREDICTION_FIELDS[language]
+        self.prediction_field = prediction_field or PREDICTION_FIELDS[language]
         self._close = close
 
     def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
-        return self.judge(gold, pred).to_prediction()
+        return self.verdict(gold, pred).to_prediction()
 
     def verdict(self, gold, pred) -> Verdict:
+        """The judge's verdict on the prediction's `prediction_field`. Judges read the language's
+        default field, so another field is handed over under that name; a prediction without the
+        field at all gets feedback that names the field and the ones it has (not "no SQL query")."""
+        missing = missing_field_verdict(pred, self.prediction_field)
+        if missing is not None:
+            return missing
+        default = PREDICTION_FIELDS[self.language]
+        if self.prediction_field != default and not isinstance(pred, str):
+            pred = dspy.Prediction(**{default: prediction_text(pred, self.prediction_field)})
         return self.judge(gold, pred)
 
     def close(self) -> None:

@@ -179,9 +179,11 @@ def cypher_verdict(
 
 
 def cypher_execution_metric(
-    engine: Any = None, timeout_s: float = 120.0, reveal_expected: bool = False, max_rows: int = 100_000
+    engine: Any = None, timeout_s: float = 120.0, reveal_expected: bool = False, max_rows: int = 100_000,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """A DSPy metric scoring Cypher by execution (CypherBench EX): 1.0 when the results match."""
     judge = CypherJudge(engine, timeout_s, max_rows, reveal_expected)
-    metric = ExecutionMetric(judge, name="cypher_execution", language="cypher", close=judge.close)
+    metric = ExecutionMetric(judge, name="cypher_execution", language="cypher", close=judge.close,
+                             prediction_field=prediction_field)
     return metric

@@ -42,21 +42,22 @@ def _kind(example: Any) -> str | None:
     return None
 
 
-def infer_metric(examples: Sequence[Any]) -> ExecutionMetric:
-    """The default execution metric for these examples (BIRD semantics for SQL)."""
+def infer_metric(examples: Sequence[Any], prediction_field: str | None = None) -> ExecutionMetric:
+    """The default execution metric for these examples (BIRD semantics for SQL), reading the
+    program from `prediction_field` (None: the language's default, sql / cypher / code)."""
     kind = infer_language(examples)
     if kind == "sql":
         from dspy_hero.metrics.sql import sql_execution_metric
 
-        return sql_execution_metric()
+        return sql_execution_metric(prediction_field=prediction_field)
     if kind == "cypher":
         from dspy_hero.metrics.cypher import cypher_execution_metric
 
-        return cypher_execution_metric()
+        return cypher_execution_metric(prediction_field=prediction_field)
     if kind == "python-tests":
         from dspy_hero.metrics.python import python_tests_metric
 
-        return python_tests_metric()
+        return python_tests_metric(prediction_field=prediction_field)
     from dspy_hero.metrics.python import ds_outputs_metric
 
-    return ds_outputs_metric()
+    return ds_outputs_metric(prediction_field=prediction_field)

@@ -61,6 +61,7 @@ def python_tests_metric(
     timeout_s: float = 240.0,
     sandbox: PythonSandbox | None = None,
     reveal_expected: bool = False,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """BigCodeBench semantics: run ``code + "\\n" + test_code`` with unittest ``TestCases`` in a
     fresh sandboxed process; score 1 only with no failures and no errors; a timeout scores 0.
@@ -84,7 +85,7 @@ def python_tests_metric(
         except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
             return _unjudgeable(exc)
 
-    return ExecutionMetric(judge, "python_tests_metric", "python")
+    return ExecutionMetric(judge, "python_tests_metric", "python", prediction_field=prediction_field)
 
 
 def _unjudgeable(exc: BaseException) -> Verdict:
@@ -125,6 +126,7 @@ def ds_outputs_metric(
     timeout_s: float = 600.0,
     sandbox: PythonSandbox | None = None,
     reveal_expected: bool = False,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """DSCodeBench semantics: generate ``num_cases`` inputs with the test script's
     ``test_case_input_generator`` (seeds fixed at 42), apply the last top-level function of the
@@ -163,7 +165,7 @@ def ds_outputs_metric(
         except Exception as exc:  # noqa: BLE001 - a metric returns a score for any prediction text
             return _unjudgeable(exc)
 
-    return ExecutionMetric(judge, "ds_outputs_metric", "python")
+    return ExecutionMetric(judge, "ds_outputs_metric", "python", prediction_field=prediction_field)
 
 
 def _last_payload(text: str, marker: str) -> str | None:

@@ -155,6 +155,7 @@ def sql_execution_metric(
     timeout_s: float = 30.0,
     max_rows: int = 100_000,
     reveal_expected: bool = False,
+    prediction_field: str | None = None,
 ) -> ExecutionMetric:
     """A DSPy metric scoring SQL by execution: 1.0 when the prediction's result matches the gold's.
 
@@ -162,6 +163,7 @@ def sql_execution_metric(
     permutation, multiset, row order only when the gold query's outermost SELECT has ORDER BY).
     """
     judge = SQLJudge(semantics, timeout_s, max_rows, reveal_expected)
-    metric = ExecutionMetric(judge, name=f"sql_execution_{semantics}", language="sql", close=judge.clear)
+    metric = ExecutionMetric(judge, name=f"sql_execution_{semantics}", language="sql", close=judge.clear,
+                             prediction_field=prediction_field)
     metric.semantics = semantics
     return metric

@@ -12,6 +12,7 @@ the settings into one frozen HeroSettings.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -35,6 +36,16 @@ _NO_HERO_MEANING = (
     "reflection_minibatch_size", "candidate_selection_strategy", "skip_perfect_score", "code_proposer",
     "use_merge", "max_merge_invocations", "use_wandb", "wandb_api_key", "wandb_init_kwargs",
     "track_best_outputs", "warn_on_score_mismatch", "gepa_kwargs",
+)
+# dspy.MIPROv2 constructor arguments with no meaning in HERO-O (it learns instructions, not demos).
+_MIPRO_NO_HERO_MEANING = (
+    "teacher_settings", "max_bootstrapped_demos", "max_labeled_demos", "init_temperature", "metric_threshold",
+)
+# dspy.MIPROv2 compile() arguments with no meaning in HERO-O.
+_MIPRO_COMPILE_NO_HERO_MEANING = (
+    "teacher", "max_bootstrapped_demos", "max_labeled_demos", "minibatch", "minibatch_size",
+    "minibatch_full_eval_steps", "program_aware_proposer", "data_aware_proposer", "view_data_batch_size",
+    "tip_aware_proposer", "fewshot_aware_proposer", "requires_permission_to_run", "provide_traceback",
 )
 
 
@@ -65,6 +76,24 @@ class HeroOptimizer(Teleprompter):
       ``num_failing_cases`` + ``num_passing_cases`` cases), candidate_selection_strategy, skip_perfect_score
       (passing cases are evidence here), code_proposer, use_merge, max_merge_invocations, use_wandb,
       wandb_api_key, wandb_init_kwargs, track_best_outputs, warn_on_score_mismatch, gepa_kwargs.
+    - ``max_errors`` (default ``dspy.settings.max_errors``, as dspy.Evaluate): rollouts whose program or
+      metric raised (format failures excepted) that the run tolerates before it stops with
+      `RolloutAbort`; the first such traceback is logged, and the run also stops when the first
+      ``max_errors`` rollouts (at least 3) all failed for one same reason (optimizer/rollout.py).
+    - ``num_threads`` None: ``dspy.settings.num_threads`` at compile time (so ``dspy.context(num_threads=4)``
+      applies). ``verbose=True`` logs the round lines and the summary at WARNING (shown by default)
+      instead of INFO.
+
+    Mapping of `dspy.MIPROv2`'s arguments (MIPROv2-style code runs unchanged): ``prompt_model`` is the
+    reflection LM, ``task_model`` the LM the program runs with during compile (``dspy.context(lm=...)``;
+    predictors with their own LM keep it), ``max_errors``, ``verbose``, ``seed``, ``auto``,
+    ``num_threads``, ``track_stats`` and ``log_dir`` as above, ``num_candidates`` is HERO's K (candidates
+    per round); ``compile(num_trials=N)`` runs N rounds and ``compile(seed=...)`` reseeds that compile.
+    No HERO meaning (accepted, warned once if set): teacher_settings, max_bootstrapped_demos,
+    max_labeled_demos, init_temperature, metric_threshold, and compile's teacher, max_bootstrapped_demos,
+    max_labeled_demos, minibatch, minibatch_size, minibatch_full_eval_steps, the ``*_aware_proposer``
+    switches, view_data_batch_size, requires_permission_to_run and provide_traceback (HERO always logs the
+    first traceback).
 
     HERO's own settings: ``num_rounds`` T, ``num_candidates`` K and ``acceptance_max`` default to the
     ``auto`` level's search (light: T=5, K=4, 64 pairs; medium: 8, 6, 96; heavy: 12, 8, 128; see
@@ -153,8 +182,23 @@ class HeroOptimizer(Teleprompter):
         guard: Any = None,
         acceptance: Any = None,
         selector: Any = None,
+        max_errors: int | None = None,
+        verbose: bool = False,
+        # dspy.MIPROv2's arguments
+        prompt_model: Any = None,
+        task_model: Any = None,
+        teacher_settings: dict | None = None,
+        max_bootstrapped_demos: int | None = None,
+        max_labeled_demos: int | None = None,
+        init_temperature: float | None = None,
+        metric_threshold: float | None = None,
     ):
         super().__init__()
+        if prompt_model is not None and reflection_lm is not None and prompt_model is not reflection_lm:
+            raise ValueError("give either reflection_lm (GEPA's name) or prompt_model (MIPROv2's), not two different LMs")
+        reflection_lm = reflection_lm if reflection_lm is not None else prompt_model
+        self.task_model = task_model
+        self.max_errors, self.verbose = max_errors, bool(verbose)
         if metric is not None:
             MetricAdapter(metric)  # fail now on an unusable signature
         if component_selector != "round_robin":
@@ -198,24 +242,44 @@ class HeroOptimizer(Teleprompter):
         if self.ignored_gepa_args:
             logger.warning("HeroOptimizer ignores dspy.GEPA options with no HERO-O meaning: %s",
                            ", ".join(self.ignored_gepa_args))
+        mipro = dict(teacher_settings=teacher_settings or None, max_bootstrapped_demos=max_bootstrapped_demos,
+                     max_labeled_demos=max_labeled_demos, init_temperature=init_temperature,
+                     metric_threshold=metric_threshold)
+        self.ignored_mipro_args = sorted(k for k, v in mipro.items() if v is not None)
+        if self.ignored_mipro_args:
+            logger.warning("HeroOptimizer ignores dspy.MIPROv2 options with no HERO-O meaning (it learns "
+                           "instructions, not demos): %s", ", ".join(self.ignored_mipro_args))
 
     def compile(self, student: dspy.Module, trainset: list | None = None, *, teacher: Any = None,
-                valset: list | None = None) -> dspy.Module:
+                valset: list | None = None, num_trials: int | None = None, seed: int | None = None,
+                **mipro_kwargs: Any) -> dspy.Module:
         """Return a deep copy of `student` with optimized instructions and `.detailed_results`.
 
         The student is never mutated. `valset`, when given, is the selection pool (the user's
         held-out data picks the final prompt); the trainset is split into diagnosis and update pools.
-        Bad input (empty trainset, examples without inputs, a metric that raises or returns a score
-        outside [0, 1]) is reported before any budget is spent.
+        Bad input (empty trainset, examples without inputs, label fields marked as inputs, a program
+        that rejects the examples' inputs or lacks the metric's prediction field, a metric that raises
+        or returns a score outside [0, 1]) is reported before any budget is spent.
+        `num_trials` (MIPROv2) is the number of rounds of this compile, `seed` reseeds it; MIPROv2's
+        other compile arguments are accepted and warned about once (class docstring).
         """
-        if teacher is not None:
-            raise ValueError("HeroOptimizer does not use a teacher program")
+        unknown = sorted(set(mipro_kwargs) - set(_MIPRO_COMPILE_NO_HERO_MEANING))
+        if unknown:
+            raise TypeError(f"HeroOptimizer.compile() got unexpected keyword argument(s) {unknown}")
+        ignored = sorted(k for k, v in {"teacher": teacher, **mipro_kwargs}.items() if v is not None)
+        if ignored:
+            logger.warning("HeroOptimizer.compile ignores dspy.MIPROv2 options with no HERO-O meaning: %s",
+                           ", ".join(ignored))
         settings = self._settings(self.num_threads)
+        changes = {k: v for k, v in (("num_rounds", num_trials), ("seed", seed)) if v is not None}
+        if changes:
+            settings = HeroSettings(**{**settings.__dict__, **changes})
         overrides = Overrides(self.pool_splitter, self.evidence_renderer, self.proposer, self.guard,
                               self.acceptance, self.selector)
-        run = HeroRun(settings, overrides, self.metric, self.reflection_lm, student, list(trainset or []),
-                      list(valset) if valset else None)
-        program = run.execute()
+        with dspy.context(lm=self.task_model) if self.task_model is not None else contextlib.nullcontext():
+            run = HeroRun(settings, overrides, self.metric, self.reflection_lm, student, list(trainset or []),
+                          list(valset) if valset else None)
+            program = run.execute()
         log_compile(self.get_params(), program.detailed_results)  # no-op unless MLflow is active
         return program
 
@@ -224,6 +288,8 @@ class HeroOptimizer(Teleprompter):
         return HeroSettings.resolve(
             auto=self.auto, max_full_evals=self.max_full_evals, max_metric_calls=self.max_metric_calls,
             num_threads=num_threads or getattr(dspy.settings, "num_threads", None) or 1,
+            max_errors=self.max_errors if self.max_errors is not None else getattr(dspy.settings, "max_errors", 10),
+            verbose=self.verbose,
             failure_score=self.failure_score, perfect_score=self.perfect_score, log_dir=self.log_dir,
             use_mlflow=self.use_mlflow, seed=self.seed, num_rounds=self.num_rounds,
             min_calls_per_round=self.min_calls_per_round, num_candidates=self.num_candidates,

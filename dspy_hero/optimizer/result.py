@@ -13,6 +13,29 @@ none of them; `held_out_fixes`/`held_out_breaks` are the final prompt's against 
 Token figures: `tokens_per_optimization_call` = reflection-LM tokens (input + output) per
 reflection-LM call, the paper's "tokens per optimization call"; `final_prompt_tokens` is the
 approximate token length (4 characters per token) of the final instructions, summed over predictors.
+
+Metric calls: `total_metric_calls` is every call the metric saw in the run, i.e. the rollouts, the
+extra per-predictor feedback calls (`feedback_metric_calls`) and the pre-flight calls
+(`preflight_metric_calls`, on empty predictions); on a resumed run, `replayed_metric_calls` of them were
+read back from the journal instead of re-run. It never exceeds `budget`.
+
+dspy.GEPA's result fields, with HERO's meaning (a HERO-O archive is a chain: each adopted prompt
+replaced the one before it):
+- `candidates`: the archive, as instructions per predictor (index 0 is the seed, then each adopted
+  prompt in order); JSON-ready, like GEPA's ``to_dict()["candidates"]``.
+- `parents`: ``parents[i] == [i - 1]`` (``[None]`` for the seed).
+- `val_subscores`: per candidate, its score on each selection-pool example it was run on (keyed by
+  example id, ``v<i>`` for valset examples, ``t<i>`` for trainset ones); `val_aggregate_scores` their
+  means (None when a candidate was never scored there: the racing selector drops clear losers early,
+  and budget may run out). `per_val_instance_best_candidates`: per example, the candidates with its
+  top score. `num_full_val_evals`: candidates scored on the whole selection pool.
+- `discovery_eval_counts`: metric calls spent when each candidate was adopted.
+- `best_idx` / `best_candidate`: the candidate the selector chose (not always the highest mean: ties
+  and small differences go to the later adoption, see archive.py); equals `final_instructions`.
+- `log_dir`, `seed`, `total_metric_calls`: as GEPA's. `best_outputs_valset` is always None
+  (``track_best_outputs`` has no HERO-O meaning).
+`settings` holds the run's resolved HeroSettings. `to_dict()` is plain JSON (``json.dumps(r.to_dict())``),
+and ``json.dumps(r, default=json_default)`` works on the object itself.
 """
 
 from __future__ import annotations
@@ -117,9 +140,27 @@ class HeroResult:
     rollout_errors: dict[str, int] = field(default_factory=dict)  # failed rollouts by error type
     warnings: list[str] = field(default_factory=list)
     seed: int | None = 0
+    # dspy.GEPA's result fields (module docstring)
+    candidates: list[dict[str, str]] = field(default_factory=list)
+    parents: list[list[int | None]] = field(default_factory=list)
+    val_aggregate_scores: list[float | None] = field(default_factory=list)
+    val_subscores: list[dict[str, float]] = field(default_factory=list)
+    per_val_instance_best_candidates: dict[str, list[int]] = field(default_factory=dict)
+    discovery_eval_counts: list[int] = field(default_factory=list)
+    num_full_val_evals: int = 0
+    best_idx: int = 0
+    log_dir: str | None = None
+    best_outputs_valset: None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_candidate(self) -> dict[str, str]:
+        return self.candidates[self.best_idx] if self.candidates else dict(self.final_instructions)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["best_candidate"] = self.best_candidate
+        return data
 
     def save_json(self, path: str | os.PathLike) -> None:
         write_json_atomic(path, self.to_dict())
@@ -146,6 +187,7 @@ class HeroResult:
         data["archive"] = [ArchiveEntry(**a) for a in data.get("archive", [])]
         data["task_lm"] = LMUsage(**data.get("task_lm", {}))
         data["reflection_lm"] = LMUsage(**data.get("reflection_lm", {}))
+        data.pop("best_candidate", None)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -154,9 +196,32 @@ class HeroResult:
         return self.held_out_fixes / self.held_out_breaks if self.held_out_breaks else None
 
     def summary(self) -> str:
+        """Rounds, decisions, fixes/breaks and tokens, as the README promises, on four short lines."""
+        cands = [c for r in self.rounds for c in r.candidates]
+        tested = [c for c in cands if c.decision is not None]
+        accepted = sum(c.decision.accepted for c in tested)
         adopted = sum(r.adopted_candidate_id is not None for r in self.rounds)
+        t, r = self.task_lm, self.reflection_lm
+        per_call = f", {self.tokens_per_optimization_call:.0f} per reflection call" if self.tokens_per_optimization_call else ""
         return (
-            f"HERO-O: {len(self.rounds)} rounds, {adopted} adopted, final={self.final_entry_id}, "
-            f"{self.total_metric_calls}/{self.budget} metric calls, fix/break adopted "
-            f"{self.adopted_fixes}/{self.adopted_breaks} in-sample, {self.held_out_fixes}/{self.held_out_breaks} held-out"
+            f"HERO-O: {len(self.rounds)} rounds, {len(cands)} candidates proposed, {len(tested)} tested, "
+            f"{accepted} accepted, {adopted} adopted; final={self.final_entry_id}; "
+            f"{self.total_metric_calls}/{self.budget} metric calls\n"
+            f"  fixes/breaks: adopted {self.adopted_fixes}/{self.adopted_breaks} in-sample, all tested "
+            f"{self.overall_fixes}/{self.overall_breaks}, final vs seed {self.held_out_fixes}/{self.held_out_breaks} "
+            f"held-out on {self.held_out_n} ({self.held_out_pool or 'none'})\n"
+            f"  tokens: task LM {t.tokens} in {t.calls} calls, reflection LM {r.tokens} in {r.calls} calls{per_call}; "
+            f"final prompt {self.final_prompt_tokens} tokens\n"
+            f"  rollout errors: {self.rollout_errors or 'none'}"
         )
+
+
+def json_default(obj: Any) -> Any:
+    """A ``json.dumps(..., default=json_default)`` hook for HeroResult and its records."""
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")

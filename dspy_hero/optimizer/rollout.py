@@ -10,6 +10,18 @@ adapter cannot parse has still been paid for, so the rollout counts and scores `
 the error text becomes the case feedback (the reflector can learn from format failures). A metric
 that returns a score outside [0, 1] is a bug in the metric, not a property of the program, so it
 stops the run with a clear error (completed rollouts are already in the journal).
+
+Fail fast (as `dspy.Evaluate`'s ``max_errors``): a rollout whose program or metric RAISED is an error
+(format failures excepted: they are evidence the reflector learns from, and small models make many);
+the first one's traceback is logged; more than ``max_errors`` errors abort the run (`RolloutAbort`),
+and so do the first ``max_errors`` live rollouts (at least 3) failing all for the same reason: the
+same exception type, format failures included, or the same "cannot be scored" verdict (a broken
+gold, a missing prediction field). A program or metric that fails on everything then costs a few
+rollouts, not the budget. A pass, or a failure of another kind, ends the streak.
+
+Inputs: a program is called with `program_inputs` (its accepted inputs only, see metrics.base), so
+environment references need not be marked as inputs and no input reaches a program that does not
+declare it; the metric still sees the whole example.
 """
 
 from __future__ import annotations
@@ -21,11 +33,14 @@ import inspect
 import logging
 import math
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import dspy
+
+from dspy_hero.metrics.base import program_input_names, program_inputs, unscorable_reason
 
 _MAX_FIELD_CHARS = 4000
 logger = logging.getLogger("dspy_hero.optimizer")
@@ -33,6 +48,57 @@ logger = logging.getLogger("dspy_hero.optimizer")
 
 class MetricError(ValueError):
     """The metric is unusable: wrong signature, wrong return type, or a score outside [0, 1]."""
+
+
+class RolloutAbort(RuntimeError):
+    """The run stopped early because rollouts keep failing (see `FailFast`); the message says why."""
+
+
+# Exceptions that are format failures: scored failing cases (evidence), not errors for max_errors.
+FORMAT_FAILURES = ("AdapterParseError",)
+
+
+class FailFast:
+    """Counts failing rollouts as dspy.Evaluate counts errors, and stops a run that cannot work.
+
+    `observe` raises `RolloutAbort` when more than `max_errors` rollouts raised, or when the first
+    `streak` live rollouts all failed for one same reason (module docstring). Thread-safe.
+    """
+
+    def __init__(self, max_errors: int, streak: int | None = None):
+        self.max_errors = int(max_errors)
+        self.streak = max(3, self.max_errors) if streak is None else int(streak)
+        self.errors = 0
+        self.seen = 0
+        self.reasons: set[str | None] = set()
+        self.first_error: str | None = None
+        self._lock = threading.Lock()
+
+    def observe(self, result: RolloutResult, spent: int, total: int) -> None:
+        with self._lock:
+            kind = result.error.split(":", 1)[0] if result.error else None
+            if kind is not None and kind not in FORMAT_FAILURES:
+                self.errors += 1
+                if self.first_error is None:
+                    self.first_error = result.error
+                    logger.warning("HERO-O: first failing rollout (example %s): %s\n%s", result.example_id,
+                                   result.error, result.traceback or "(no traceback)")
+            if self.seen < self.streak:
+                self.seen += 1
+                self.reasons.add(kind or result.unscorable)
+            if self.errors > self.max_errors:
+                raise RolloutAbort(
+                    f"HERO-O stopped: {self.errors} rollouts raised, more than max_errors={self.max_errors} "
+                    f"(as dspy.Evaluate); the first: {self.first_error} (its traceback is logged). "
+                    f"{spent} of {total} metric calls spent. Fix the program, the LM or the metric, or raise max_errors.")
+            if self.seen == self.streak and len(self.reasons) == 1 and None not in self.reasons:
+                self.seen += 1  # report once
+                why = next(iter(self.reasons))
+                raise RolloutAbort(
+                    f"HERO-O stopped: the first {self.streak} rollouts all failed for the same reason: {why} "
+                    f"(example {result.example_id}: {result.error or result.feedback}). Nothing can be learned from "
+                    f"that; {spent} of {total} metric calls spent. Check the program, its LM, the metric and the "
+                    f"examples' fields (max_errors={self.max_errors} sets how many such failures are tolerated).")
 
 
 class MetricAdapter:
@@ -149,9 +215,13 @@ class RolloutResult:
     output_tokens: int = 0
     predictor_feedback: dict[str, str] = field(default_factory=dict)
     feedback_calls: int = 0  # extra metric executions for per-predictor feedback (charged to the budget)
+    unscorable: str | None = None  # the metric's "cannot be scored" reason (broken gold, missing field)
+    traceback: str | None = None  # of the exception, when the program or metric raised
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("traceback")  # not journaled: long, and replay never needs it
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RolloutResult:
@@ -236,6 +306,8 @@ class Rollouts:
         journal: RolloutJournal | None = None,
         display_progress: bool = True,
         order_key: Callable[[Any], str] | None = None,
+        input_names: tuple[str, ...] | None | str = "infer",
+        fail_fast: FailFast | None = None,
     ):
         self.student = student
         self.metric = metric
@@ -249,6 +321,9 @@ class Rollouts:
         self.replayed = 0
         self.feedback_calls = 0
         self.order_key = order_key
+        # what the program accepts (metrics.base.program_input_names), read once from the student
+        self.input_names = program_input_names(student) if isinstance(input_names, str) else input_names
+        self.fail_fast = fail_fast
         self._lock = threading.Lock()
         self._programs: dict[str, dspy.Module] = {}
         self._bar: Any = None  # one bar over the whole budget, like GEPA's
@@ -321,6 +396,8 @@ class Rollouts:
             for result in self._run_many(program, live, desc):
                 self._store(key, result, journal=True)
                 out[result.example_id] = result
+                if self.fail_fast is not None:
+                    self.fail_fast.observe(result, self.budget.spent, self.budget.total)
         return out
 
     def _charge_feedback(self, n: int) -> None:
@@ -367,12 +444,12 @@ class Rollouts:
         """One paid rollout; never raises for LM/program/metric failures (they score failure_score),
         only for MetricError (a broken metric)."""
         meter = UsageMeter()
-        pred, error = None, None
+        pred, error, tb = None, None, None
         with dspy.context(trace=[], usage_tracker=meter):
             try:
-                pred = program(**example.inputs())
+                pred = program(**program_inputs(program, example, self.input_names))
             except Exception as exc:  # LM timeouts, rate limits, parse failures, program bugs
-                error = f"{type(exc).__name__}: {_first_line(exc)}"
+                error, tb = f"{type(exc).__name__}: {_first_line(exc)}", traceback.format_exc(limit=20)
             trace = list(dspy.settings.trace or [])
         traces: dict[str, list[dict[str, dict[str, str]]]] = {}
         for predictor, inputs, outputs in trace:
@@ -391,6 +468,7 @@ class Rollouts:
                 raise
             except Exception as exc:
                 error = f"metric raised {type(exc).__name__}: {_first_line(exc)}"
+                tb = traceback.format_exc(limit=20)
                 score, feedback = self.failure_score, f"The answer could not be scored ({error})."
             if error is None and self.metric.arity == 5 and len(names) > 1:
                 predictor_feedback, extra = self._predictor_feedback(example, pred, trace, names)
@@ -406,6 +484,8 @@ class Rollouts:
             output_tokens=meter.output_tokens,
             predictor_feedback=predictor_feedback,
             feedback_calls=extra,
+            unscorable=unscorable_reason(feedback) if error is None and score < 1.0 else None,
+            traceback=tb,
         )
 
     def _predictor_feedback(self, example: Any, pred: Any, trace: list,

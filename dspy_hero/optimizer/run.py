@@ -21,12 +21,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import dspy
 
 from dspy_hero.diagnosis import Diagnoser
+from dspy_hero.metrics.base import (
+    label_inputs,
+    output_names,
+    program_input_names,
+    program_inputs,
+    required_inputs,
+)
 from dspy_hero.optimizer.acceptance import SignTestAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, resolve_budget
@@ -39,6 +46,7 @@ from dspy_hero.optimizer.reflection import Proposal, ReflectionContext, RuleProp
 from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
 from dspy_hero.optimizer.result import HeroResult, LMUsage, RoundRecord, lineage_row
 from dspy_hero.optimizer.rollout import (
+    FailFast,
     MetricAdapter,
     MetricError,
     Rollouts,
@@ -115,6 +123,9 @@ class HeroRun:
             from dspy_hero.metrics.infer import infer_metric
 
             metric = infer_metric(trainset)
+        self.input_names = program_input_names(student)
+        self.preflight_usage = UsageMeter()
+        metric = self._preflight_program(metric, trainset)
         self.metric = MetricAdapter(metric)
         self.total = resolve_budget(auto=settings.auto, max_full_evals=settings.max_full_evals,
                                     max_metric_calls=settings.max_metric_calls, num_predictors=len(self.predictors),
@@ -125,6 +136,77 @@ class HeroRun:
         self.reflection_lm = reflection_lm or dspy.settings.lm or lms[0]
         self.preflight_calls = self._preflight_metric(limit=self.total)
         self.rng_seed = 0 if settings.seed is None else int(settings.seed)
+
+    def _preflight_program(self, metric: Any, trainset: list) -> Any:
+        """Refuse, before any budget is spent, what would make every rollout fail or leak: label fields
+        marked as inputs, a program that cannot take the examples' inputs, a program whose outputs lack
+        the metric's `prediction_field`. Returns the metric (an inferred one reads the program's single
+        output field when the language's default is not among them)."""
+        for ex_id, ex in self.examples.items():
+            labels = label_inputs(ex)
+            if labels:
+                raise ValueError(
+                    f"example {ex_id} marks label field(s) {labels} as inputs: the program and HERO-O's reflector "
+                    "would see the answer. Mark only the task's inputs, e.g. .with_inputs('question', 'db_schema'); "
+                    "environment references (db_path, graph, ...) need not be inputs either.")
+        required = required_inputs(self.student)
+        for ex_id, ex in self.examples.items():
+            passed = program_inputs(self.student, ex, self.input_names)
+            missing = [r for r in required if r not in passed]
+            if missing:
+                unmarked = [m for m in missing if m in ex.keys()]
+                raise ValueError(
+                    f"the program's forward requires {missing}, which example {ex_id} does not provide (its inputs: "
+                    f"{sorted(ex.inputs().keys())})" + (f"; {unmarked} are fields of the example not marked as inputs: "
+                                                        "add them to .with_inputs(...)" if unmarked else ""))
+        if isinstance(self.student, dspy.Predict):  # DSPy would warn on every call: say it once, here
+            first_id, first = next(iter(self.examples.items()))
+            absent = [n for n in self.input_names if n not in program_inputs(self.student, first, self.input_names)]
+            if absent:
+                logger.warning("HERO-O: the program's signature reads %s, which example %s does not provide", absent, first_id)
+        field = getattr(metric, "prediction_field", None)
+        if not isinstance(field, str):
+            return metric
+        outputs = self._static_outputs()
+        if outputs is None:  # a custom forward: its outputs are known only by calling it (no metric call)
+            ex_id, ex = next(iter(self.examples.items()))
+            with dspy.context(usage_tracker=self.preflight_usage):
+                try:
+                    pred = self.student(**program_inputs(self.student, ex, self.input_names))
+                except TypeError as exc:
+                    raise ValueError(f"the program rejects the inputs of example {ex_id} "
+                                     f"({sorted(program_inputs(self.student, ex, self.input_names))}): TypeError: {exc}") from exc
+                except Exception as exc:  # LM failures: the rollouts' fail-fast deals with them
+                    logger.warning("HERO-O pre-flight: the program raised on example %s (%s: %s); its outputs "
+                                   "are checked on the rollouts", ex_id, type(exc).__name__, exc)
+                    return metric
+            outputs = output_names(pred)
+            if outputs is None:
+                return metric
+        if field in outputs:
+            return metric
+        candidates = [o for o in outputs if o not in ("reasoning", "rationale", "raw_output")]
+        if self.user_metric is None and len(candidates) == 1:
+            from dspy_hero.metrics.infer import infer_metric
+
+            logger.info("HERO-O: the program outputs %r, not %r: the inferred metric reads %r", candidates[0], field, candidates[0])
+            return infer_metric(trainset, prediction_field=candidates[0])
+        hint = f" pass prediction_field={candidates[0]!r} to the metric factory" if len(candidates) == 1 else \
+            " pass prediction_field=<the output holding the program> to the metric factory"
+        raise ValueError(f"the metric reads the prediction field {field!r}, but the program's outputs are {outputs}:{hint} "
+                         f"(e.g. sql_execution_metric(prediction_field=...)) or name the program's output {field!r}")
+
+    def _static_outputs(self) -> list[str] | None:
+        """The program's output fields when its structure tells them: a Predict's signature, a module's
+        `output_field` (GenerateProgram), or a DSPy library module's last predictor; None for a custom forward."""
+        program = self.student
+        if isinstance(program, dspy.Predict):
+            return list(program.signature.output_fields)
+        if isinstance(getattr(program, "output_field", None), str):
+            return [program.output_field]
+        if (getattr(getattr(type(program), "forward", None), "__module__", "") or "").startswith("dspy."):
+            return list(list(program.named_predictors())[-1][1].signature.output_fields)
+        return None
 
     def _preflight_metric(self, limit: int) -> int:
         """Call the metric once per distinct example field set with an empty prediction: a metric
@@ -166,7 +248,8 @@ class HeroRun:
         self.budget = Budget(max(0, self.total - self.preflight_calls))  # pre-flight calls already paid
         self.rollouts = Rollouts(self.student, self.metric, self.budget, num_threads=s.num_threads,
                                  failure_score=s.failure_score, journal=self.journal,
-                                 display_progress=s.display_progress, order_key=prefix_key(s.group_key))
+                                 display_progress=s.display_progress, order_key=prefix_key(s.group_key),
+                                 input_names=self.input_names, fail_fast=FailFast(s.max_errors))
         self.sampler = RotatingSampler(self.pools.diagnosis, self.rng_seed, s.num_failing_cases + s.num_passing_cases,
                                        s.acceptance_initial)
         renderer = o.evidence_renderer or DefaultEvidenceRenderer(s.evidence_token_budget, reflection_lm=self.reflection_lm,
@@ -192,6 +275,7 @@ class HeroRun:
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=s.seed)
         self.result.warnings += [f"pools: {n}" for n in self.pools.notes]
         self.archive = [ArchiveEntry("seed", 0, seed_instr, tokens_of(seed_instr))]
+        self.discovered = [self.preflight_calls]  # metric calls spent when each archive entry was found
         self.decisions: dict[str, Any] = {}  # archive entry id -> the decision that adopted it
         self.reflection_usage = LMUsage()
         self.rejected: dict[str, dict[str, str | None]] = {}  # prompt key -> {rejected text: its edit (None: full text)}
@@ -387,6 +471,7 @@ class HeroRun:
         self.archive.append(ArchiveEntry(best.record.candidate_id, rec.round, instr, tokens_of(instr),
                                          best.record.decision.estimate))
         self.decisions[best.record.candidate_id] = best.record.decision
+        self.discovered.append(self.preflight_calls + self.budget.spent)
 
     def _reflect(self, round_no: int, ctx: ReflectionContext) -> Proposal:
         """The proposal for this call, from the journal when resuming, else from the reflection LM."""
@@ -440,27 +525,57 @@ class HeroRun:
         res.archive = self.archive
         res.final_entry_id, res.final_instructions = final.entry_id, dict(final.instructions)
         res.final_prompt_tokens = final.prompt_tokens
-        res.total_metric_calls = self.budget.spent
+        res.total_metric_calls = self.budget.spent + self.preflight_calls  # every call the metric saw
         res.feedback_metric_calls = self.rollouts.feedback_calls
         res.preflight_metric_calls = self.preflight_calls
         res.replayed_metric_calls = self.rollouts.replayed
         res.rollout_errors = self.rollouts.error_counts()
-        u = self.rollouts.usage
-        res.task_lm = LMUsage(u.calls, u.input_tokens, u.output_tokens)
+        u, pre = self.rollouts.usage, self.preflight_usage
+        res.task_lm = LMUsage(u.calls + pre.calls, u.input_tokens + pre.input_tokens, u.output_tokens + pre.output_tokens)
+        self._gepa_fields(order, winner)
         res.reflection_lm = self.reflection_usage
         if res.reflection_lm.calls:
             res.tokens_per_optimization_call = res.reflection_lm.tokens / res.reflection_lm.calls
         res.adopted_fix_break_ratio = res.adopted_fixes / res.adopted_breaks if res.adopted_breaks else None
         res.overall_fix_break_ratio = res.overall_fixes / res.overall_breaks if res.overall_breaks else None
-        if self.budget.spent > self.total:  # Budget.take makes this impossible; fail loudly if it ever is not
-            raise RuntimeError(f"metric-call budget exceeded: {self.budget.spent} > {self.total}")
+        if res.total_metric_calls > self.total:  # Budget.take makes this impossible; fail loudly if it ever is not
+            raise RuntimeError(f"metric-call budget exceeded: {res.total_metric_calls} > {self.total}")
         program = build_variant(self.student, final.instructions)
         program.detailed_results = res
         if self.journal:
             res.save_json(self.journal.dir / "result.json")
             self.journal.update_state(status="completed", metric_calls=self.budget.spent, final_entry_id=final.entry_id)
-        logger.info("%s", res.summary())
+        logger.log(self._level, "%s", res.summary())
         return program
+
+    @property
+    def _level(self) -> int:
+        return logging.WARNING if self.s.verbose else logging.INFO
+
+    def _gepa_fields(self, order: list[str], winner: int) -> None:
+        """dspy.GEPA's result fields with HERO's meaning (see HeroResult): the archive's prompts, their
+        scores on the selection pool as far as they were bought, the chain of adoptions."""
+        res = self.result
+        res.candidates = [dict(e.instructions) for e in self.archive]
+        res.parents = [[None]] + [[i - 1] for i in range(1, len(self.archive))]
+        res.discovery_eval_counts = list(self.discovered)
+        res.val_subscores = []
+        for e in self.archive:
+            key = instructions_key(e.instructions)
+            got = {i: self.rollouts.cached(key, i) for i in order}
+            res.val_subscores.append({i: r.score for i, r in got.items() if r is not None})
+        res.val_aggregate_scores = [sum(v.values()) / len(v) if v else None for v in res.val_subscores]
+        best: dict[str, list[int]] = {}
+        for i in order:
+            scored = {k: v[i] for k, v in enumerate(res.val_subscores) if i in v}
+            if scored:
+                top = max(scored.values())
+                best[i] = [k for k, v in scored.items() if v == top]
+        res.per_val_instance_best_candidates = best
+        res.num_full_val_evals = sum(len(v) == len(order) for v in res.val_subscores)
+        res.best_idx = winner
+        res.log_dir = self.s.log_dir
+        res.settings = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.s).items()}
 
     def _lineage(self, order: list[str], winner: int) -> None:
         """Out-of-sample fix:break of every adopted update (vs. the prompt it replaced) and of the
@@ -507,7 +622,7 @@ class HeroRun:
         cum = {"round": rec.round, "adopted_fixes": self.result.adopted_fixes, "adopted_breaks": self.result.adopted_breaks,
                "metric_calls": self.budget.spent}
         self.result.cumulative_fix_break.append(cum)
-        logger.info("HERO-O round %d [%s]: %d cases, %d candidates, %d tested, adopted=%s, %d metric calls (total %d/%d)",
+        logger.log(self._level, "HERO-O round %d [%s]: %d cases, %d candidates, %d tested, adopted=%s, %d metric calls (total %d/%d)",
                     rec.round, rec.predictor, len(rec.diagnosis_cases), len(rec.candidates), tested,
                     rec.adopted_candidate_id, rec.metric_calls, self.budget.spent, self.total)
         if self.s.use_mlflow:

@@ -18,7 +18,7 @@ SEARCH_LEVELS: dict[str, tuple[int, int, int]] = {
     "medium": (8, 6, 96),
     "heavy": (12, 8, 128),
 }
-VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow")  # never change a result
+VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow", "max_errors", "verbose")  # never change a decision
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class HeroSettings:
     display_progress: bool = True
     reflection_temperature: float = 1.0
     max_proposal_calls: int | None = None  # None: num_candidates
+    max_errors: int = 10  # rollouts that may raise (program or metric) before the run aborts, as dspy.Evaluate
+    verbose: bool = False  # round lines and the summary at WARNING (shown by default) instead of INFO
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.failure_score <= 1.0 or not 0.0 < self.perfect_score <= 1.0:
@@ -67,6 +69,8 @@ class HeroSettings:
             raise ValueError("need 1 <= acceptance_initial <= acceptance_max")
         if not 0.0 <= self.acceptance_margin < 1.0:
             raise ValueError("acceptance_margin must be in [0, 1)")
+        if not isinstance(self.max_errors, int) or isinstance(self.max_errors, bool) or self.max_errors < 0:
+            raise ValueError(f"max_errors must be an int >= 0, got {self.max_errors!r}")
         if self.reflection_temperature < 0:
             raise ValueError("reflection_temperature must be >= 0")
 
@@ -87,5 +91,7 @@ class HeroSettings:
                 given[name] = value
         if given.get("num_threads") is None:
             given["num_threads"] = 1
+        if given.get("max_errors") is None:
+            given["max_errors"] = 10
         given["pool_fractions"] = tuple(given.get("pool_fractions") or (0.3, 0.5, 0.2))
         return cls(**given)

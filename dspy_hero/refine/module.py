@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,10 +59,10 @@ from dspy.utils.exceptions import AdapterParseError
 from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
 from dspy_hero.execution.environments import EnvironmentCache
 from dspy_hero.lm.adapter import program_adapter
-from dspy_hero.metrics.base import extract_code
+from dspy_hero.metrics.base import ENVIRONMENT_REFERENCES, extract_code, program_input_names
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
 from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
-from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
+from dspy_hero.refine.fields import ENVIRONMENT_FIELDS, gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck, same_program
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
 from dspy_hero.refine.suspect import Assessment, assess
@@ -168,6 +169,18 @@ class HeroRefine(dspy.Module):
         self.usage = UsageTotals()
         self._environments = EnvironmentCache()
 
+    def accepted_inputs(self) -> tuple[str, ...]:
+        """What a caller (HERO-O, `evaluate_program`) should pass: the generator's inputs plus the
+        environment references, which reach the environment, never the generator's LM."""
+        names = list(self._generator_inputs())
+        return tuple(dict.fromkeys(names + list(ENVIRONMENT_FIELDS) + list(ENVIRONMENT_REFERENCES)))
+
+    def _generator_inputs(self) -> tuple[str, ...]:
+        """The inputs the generator accepts: its forward's parameters (a custom module), or its
+        predictors' signature inputs (metrics.base.program_input_names)."""
+        names = program_input_names(self.generator)
+        return generator_io(self.generator).input_fields if names is None else names
+
     # -- the episode --------------------------------------------------------------------------------
     def forward(self, example: Any = None, **inputs: Any) -> dspy.Prediction:
         """Refine for one instance, given as keyword inputs and/or an example object (keywords win)."""
@@ -177,6 +190,8 @@ class HeroRefine(dspy.Module):
 
     def _episode(self, example: Any, inputs: dict[str, Any], counter: CallCounter) -> dspy.Prediction:
         io = generator_io(self.generator)
+        # the generator gets exactly the inputs it accepts (a custom forward(question, db_schema) too)
+        io = dataclasses.replace(io, input_fields=self._generator_inputs())
         gen_inputs, env_refs = gather_inputs(io, example, **inputs)
         environment = self._environment({**env_refs, **gen_inputs})
         language = io.language or getattr(environment, "language", None)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import dspy
 
 from dspy_hero.lm.usage import track_usage, usage_of
-from dspy_hero.metrics.base import feedback_of, score_of
+from dspy_hero.metrics.base import feedback_of, program_input_names, program_inputs, score_of
 
 
 @dataclass
@@ -143,12 +143,13 @@ def evaluate_program(
     """
     before = lm_usage(lm) if lm is not None else (0, 0, 0)
     field_name = program_field or getattr(metric, "prediction_field", None)
+    accepted = program_input_names(program)  # the inputs the program takes (environment refs it names)
 
     def one(index: int) -> ExampleOutcome:
         example = examples[index]
         try:
             with dspy.context(lm=lm) if lm is not None else contextlib.nullcontext():
-                pred = program(**example.inputs())
+                pred = program(**program_inputs(program, example, accepted))
             result = metric(example, pred)
             text = str(getattr(pred, field_name, "") or "") if field_name else ""
             trace = getattr(pred, "refinement", None)
