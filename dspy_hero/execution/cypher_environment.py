@@ -33,9 +33,14 @@ SAMPLE = 1000
 _TYPE_FUNCTIONS = ("typeOf", "valueType")  # FalkorDB, Neo4j 5
 
 
+def neo4j_configured() -> bool:
+    """Whether a Neo4j server is configured (HERO_NEO4J_URI): the one place that reads it."""
+    return bool(os.environ.get("HERO_NEO4J_URI"))
+
+
 def default_engine(timeout_s: float = 120.0, max_rows: int = 100_000) -> Any:
     """Neo4j when HERO_NEO4J_URI is set, else a new embedded FalkorDB executor (the caller owns it)."""
-    if os.environ.get("HERO_NEO4J_URI"):
+    if neo4j_configured():
         return Neo4jExecutor.from_env(timeout_s=timeout_s, max_rows=max_rows)
     return FalkorDBExecutor(timeout_s=timeout_s, max_rows=max_rows)
 

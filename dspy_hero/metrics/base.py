@@ -44,6 +44,8 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.text import FENCED_BLOCK, extract_code  # noqa: F401  (re-exported: metrics read programs this way)
+
 PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
 # Labels: never LM inputs, never read by HERO-T. canonical_solution is BigCodeBench's reference program.
 LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution")
@@ -80,35 +82,6 @@ class MetricResult(dspy.Prediction):
 
     def __bool__(self) -> bool:
         return float(self.score) >= 1.0
-
-
-_MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
-FENCED_BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+\-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
-
-def extract_code(text: Any, language: str | None = None) -> str:
-    """The program inside an LM answer, tolerant of the ways small models answer.
-
-    Prefers a fenced block whose tag matches `language` (``sql``, ``cypher``, ``python``), else the
-    longest fenced block, else an unterminated fence, else the text itself. Strips DSPy field markers
-    and a leading ``SQL:``-style label. Never raises: a non-string becomes ``""``.
-    """
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        text = str(text)
-    # Small models leave DSPy's field markers inline ("LIMIT 5;[[ ## completed ## ]]"): never program text.
-    text = _MARKER.sub("\n", text)
-    blocks = [(tag.lower(), body) for tag, body in FENCED_BLOCK.findall(text)]
-    if blocks:
-        wanted = {"sql": {"sql", "sqlite"}, "cypher": {"cypher", "neo4j"}, "python": {"python", "py", "python3"}}
-        tags = wanted.get(language or "", set())
-        tagged = [body for tag, body in blocks if tag in tags]
-        chosen = max(tagged or [b for _, b in blocks], key=len)
-        return chosen.strip()
-    code = text.strip()
-    code = re.sub(r"^(?:sql|cypher|python|query|answer)\s*:\s*", "", code, flags=re.IGNORECASE)
-    return code.strip()
 
 
 def prediction_text(pred: Any, field: str) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, Execution
 from dspy_hero.execution.cypher_graphs import code_skeleton
-from dspy_hero.execution.cypher_probes import default_engine, ensure_loaded, resolve_graph
+from dspy_hero.execution.cypher_environment import default_engine, ensure_loaded, neo4j_configured, resolve_graph
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     LRUCache,
@@ -89,7 +89,7 @@ class CypherJudge:
         self._lock = threading.Lock()
         self._cache = LRUCache(cache_size)
         self._owned_close: weakref.finalize | None = None
-        if engine is None and os.environ.get("HERO_NEO4J_URI"):
+        if engine is None and neo4j_configured():
             engine = default_engine(self.timeout_s, self.max_rows)  # connects now: a bad URI fails here
             self._owned_close = weakref.finalize(self, engine.close)
         self._engine = engine
