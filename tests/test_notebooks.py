@@ -137,9 +137,13 @@ def test_notebook_still_runs_and_computes_what_it_saved(name, tmp_path, kernel_n
     assert set(summary) == LABELS
     for label in LABELS:
         assert facts["evaluate_mean"][label] == pytest.approx(100 * summary[label], abs=0.01)
-    # in the simulation HERO-O learns a rule that helps, and refinement does not lose to HERO-O
-    assert 0 < facts["metric_calls"] <= facts["budget"] and facts["adopted"] >= 1
-    assert summary["HERO-O"] > summary["seed"] and summary["HERO-O + HERO-T"] >= summary["HERO-O"]
+    # In the SQL simulation HERO-O learns a rule that helps. The Cypher and Python built-in tasks have
+    # 20 training examples (about 10 update pairs): too few for the sound paired test to show a rule
+    # better at its level, so HERO-O keeps the seed there; it must never lose to it.
+    assert 0 < facts["metric_calls"] <= facts["budget"]
+    if name == NAMES[0]:
+        assert facts["adopted"] >= 1 and summary["HERO-O"] > summary["seed"]
+    assert summary["HERO-O"] >= summary["seed"] and summary["HERO-O + HERO-T"] >= summary["HERO-O"]
     assert facts["hero_t_changed"] >= 1 and facts["trace_changed"] is True
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     if name == "02_cypher.ipynb":
