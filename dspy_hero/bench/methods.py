@@ -208,17 +208,23 @@ def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[Count
     return optimized
 
 
-def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
+def hero_o_optimizer(ctx: RunContext, metric: Any, log_dir: Path) -> Any:
+    """The HeroOptimizer of this comparison; one place, so a replay of its journal
+    (benchmarks/hero_o_replay.py) rebuilds exactly the run the harness made."""
     from dspy_hero.optimizer.hero import HeroOptimizer
 
+    return HeroOptimizer(**accepted_kwargs(
+        HeroOptimizer, metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
+        num_threads=ctx.threads, seed=ctx.seed, log_dir=str(log_dir), group_key=ctx.task.group_key))
+
+
+def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
     log_dir = ctx.out_dir / "logs" / "hero_o"
     log_dir.mkdir(parents=True, exist_ok=True)
     result.extras["resumed_from_checkpoint"] = any(log_dir.iterdir())
 
     def compile_fn(metric):
-        opt = HeroOptimizer(**accepted_kwargs(
-            HeroOptimizer, metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
-            num_threads=ctx.threads, seed=ctx.seed, log_dir=str(log_dir), group_key=ctx.task.group_key))
+        opt = hero_o_optimizer(ctx, metric, log_dir)
         return opt.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val)
 
     optimized = _optimize(ctx, result, compile_fn)

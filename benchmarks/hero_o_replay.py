@@ -1,0 +1,169 @@
+"""The rounds a compare.py HERO-O run has completed, rebuilt from its journal without calling any model.
+
+Why: HERO-O writes its round records (every candidate, its focus, its acceptance decision) only when
+the run finishes, but every rollout and reflection output it paid for is in
+``<out>/logs/hero_o/journal.jsonl`` as soon as it is made. The loop is deterministic given those
+records, so replaying it over a copy of the journal rebuilds exactly the rounds the live run made;
+the replay stops at the first rollout or LM call that the journal does not hold (the point where a
+live run would have to pay), so a run killed at a deadline, or one still running, can be reported.
+Nothing in `<out>` is changed; no model is started.
+
+    python benchmarks/hero_o_replay.py --replay-out rounds.json <the compare.py arguments of the run>
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import inspect
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_hero.bench.accounting import CountingMetric, track_usage
+from dspy_hero.bench.methods import RunContext, hero_o_optimizer
+from dspy_hero.files import write_json_atomic
+from dspy_hero.optimizer import hero as hero_module
+from dspy_hero.optimizer import run as run_module
+from dspy_hero.optimizer.checkpoint import Journal
+
+_spec = importlib.util.spec_from_file_location("hero_benchmarks_compare", Path(__file__).with_name("compare.py"))
+compare = sys.modules.get("hero_benchmarks_compare") or importlib.util.module_from_spec(_spec)
+if "hero_benchmarks_compare" not in sys.modules:
+    sys.modules["hero_benchmarks_compare"] = compare  # its dataclasses need the module registered
+    _spec.loader.exec_module(compare)
+
+
+class JournalEnd(BaseException):
+    """The replay reached a call the journal does not hold. A BaseException, so that the loop's
+    per-proposal and per-rollout error handling (``except Exception``) cannot swallow it."""
+
+
+class ReplayOnlyJournal(Journal):
+    """A journal that answers only from its records: a miss ends the replay instead of paying."""
+
+    def replay_rollout(self, key: str, example_id: str) -> dict[str, Any] | None:
+        rec = super().replay_rollout(key, example_id)
+        if rec is None:
+            raise JournalEnd(f"rollout {key} on {example_id}")
+        return rec
+
+    def replay_reflection(self, key: str) -> dict[str, Any] | None:
+        rec = super().replay_reflection(key)
+        # A whole proposal (key "r<round>:<predictor>:<hash>") missing is normal: its LM calls
+        # ("...:<hash>:<call hash>") are looked up next, and one of those missing is the end.
+        if rec is None and key.count(":") >= 3:
+            raise JournalEnd(f"reflection LM call {key}")
+        return rec
+
+    def record_rollout(self, key: str, example_id: str, result: dict[str, Any]) -> None:
+        raise JournalEnd(f"rollout {key} on {example_id} would be paid")
+
+    def record_reflection(self, key: str, output: dict[str, Any]) -> None:
+        raise JournalEnd(f"reflection {key} would be paid")
+
+
+@contextlib.contextmanager
+def replay_only(runs: list[Any]) -> Iterator[None]:
+    """Within: HERO-O runs use ReplayOnlyJournal and are appended to `runs` (to read their state)."""
+
+    class CapturedRun(hero_module.HeroRun):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    saved = run_module.Journal, hero_module.HeroRun
+    run_module.Journal, hero_module.HeroRun = ReplayOnlyJournal, CapturedRun
+    try:
+        yield
+    finally:
+        run_module.Journal, hero_module.HeroRun = saved
+
+
+def offline_lms(config: Any, meta: dict[str, Any], examples: Sequence[dspy.Example]) -> tuple[Any, Any]:
+    """LMs with the names (and, for the embedded model, the context window and max_tokens) of the run's
+    LMs, so the run's fingerprint and evidence sizing match; they are never called."""
+    if config.simulate:
+        task_lm, refl_lm, _, _ = compare.make_lms(config, examples)  # scripted: no model either
+        return task_lm, refl_lm
+    if config.lm:
+        task_lm = dspy.LM(config.lm, cache=False)
+    else:
+        from dspy_hero.lm.local import local_lm
+
+        defaults = {k: p.default for k, p in inspect.signature(local_lm).parameters.items()}
+        task_lm = dspy.LM(meta["task_lm"], temperature=defaults["temperature"], max_tokens=defaults["max_tokens"],
+                          cache=False, context_window=defaults["n_ctx"])
+    refl_lm = dspy.LM(config.reflection_lm, cache=False) if config.reflection_lm else task_lm.copy()
+    return track_usage(task_lm), track_usage(refl_lm)
+
+
+def replay(config: Any) -> dict[str, Any]:
+    """The completed rounds of the HERO-O run in `config.out` (see the module docstring)."""
+    out = Path(config.out)
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    source = out / "logs" / "hero_o"
+    if not (source / "journal.jsonl").is_file():
+        raise FileNotFoundError(f"{source / 'journal.jsonl'} not found: no HERO-O run in {out}")
+    task = compare.load_task(config)
+    runs: list[Any] = []
+    stopped = None
+    with tempfile.TemporaryDirectory() as tmp:
+        log_dir = Path(tmp) / "hero_o"
+        shutil.copytree(source, log_dir)
+        for name in ("result.json", "detailed_results.json"):
+            (log_dir / name).unlink(missing_ok=True)
+        try:
+            train, val, _ = compare.optimization_pools(task, config.train_size, config.val_fraction, config.split_seed)
+            train, val = compare.with_env_refs(train), compare.with_env_refs(val)
+            if [e.example_id for e in train] != meta["train_ids"] or [e.example_id for e in val] != meta["val_ids"]:
+                raise ValueError(f"these arguments give other pools than the run in {out}; pass its compare.py arguments")
+            task_lm, refl_lm = offline_lms(config, meta, [*train, *val])
+            ctx = RunContext(task=task, train=train, val=val, test=[], task_lm=task_lm, reflection_lm=refl_lm,
+                             budget=int(meta["budget"]), threads=config.threads, seed=config.seed, out_dir=out)
+            with replay_only(runs), dspy.context(lm=task_lm):
+                optimizer = hero_o_optimizer(ctx, CountingMetric(task.metric), log_dir)
+                optimizer.display_progress = False  # volatile: not part of the run's fingerprint
+                try:
+                    optimizer.compile(task.make_program(), trainset=train, valset=val)
+                except JournalEnd as end:
+                    stopped = str(end)
+        finally:
+            task.close()
+    if not runs:
+        raise RuntimeError("the HERO-O run was not constructed")
+    run = runs[0]
+    result = run.result
+    return {
+        "run_dir": str(out), "complete": stopped is None, "stopped_at": stopped,
+        "metric_calls_replayed": run.budget.spent if hasattr(run, "budget") else None,
+        "budget": result.budget, "pools": result.pools, "warnings": result.warnings,
+        "adopted_fixes": result.adopted_fixes, "adopted_breaks": result.adopted_breaks,
+        "rounds": [asdict(r) for r in result.rounds],
+        "archive": [asdict(a) for a in run.archive],
+        "final": asdict(result) if stopped is None else None,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--replay-out", required=True, help="JSON file for the rebuilt rounds")
+    own, rest = p.parse_known_args(argv)
+    config, _ = compare.parse_args(rest)
+    data = replay(config)
+    write_json_atomic(own.replay_out, data)
+    sys.stdout.write(f"{len(data['rounds'])} completed rounds rebuilt from {config.out}; "
+                     f"{'run complete' if data['complete'] else 'stopped at ' + str(data['stopped_at'])}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

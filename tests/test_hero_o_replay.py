@@ -1,0 +1,104 @@
+"""benchmarks/hero_o_replay.py: the rounds of a HERO-O run rebuilt from its journal, with no LM call.
+
+A real --simulate comparison (scripted LMs, real SQLite) writes the journal; the replay of the full
+journal must give the live run's round records exactly, and the replay of a cut journal (a run killed
+mid-way) must stop at the cut and give a prefix of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, file: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses need the module registered
+    spec.loader.exec_module(module)
+    return module
+
+
+compare = _load("hero_benchmarks_compare", "compare.py")
+replay_tool = _load("hero_benchmarks_hero_o_replay", "hero_o_replay.py")
+
+QUESTIONS = [
+    ("How many rows are in table stock of {db}?", "SELECT count(*) FROM stock"),
+    ("Names in stock of {db}, cheapest first.", "SELECT name FROM stock ORDER BY cost"),
+    ("For {db}, how many stock rows per kind?", "SELECT kind, count(*) FROM stock GROUP BY kind"),
+    ("Each stock name of {db} with its kind title.",
+     "SELECT stock.name, kinds.title FROM stock JOIN kinds ON stock.kind = kinds.id"),
+    ("Distinct costs in {db}?", "SELECT DISTINCT cost FROM stock"),
+    ("Stock of {db} above the average cost.", "SELECT name FROM stock WHERE cost > (SELECT avg(cost) FROM stock)"),
+    ("All stock names of {db}.", "SELECT name FROM stock"),
+    ("The dearest stock row of {db}?", "SELECT name FROM stock ORDER BY cost DESC LIMIT 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spider_replay")
+    rows = []
+    for k, db in enumerate(["ash", "birch", "cedar", "dogwood", "elm", "fir"]):
+        path = root / "database" / db / f"{db}.sqlite"
+        path.parent.mkdir(parents=True)
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE kinds (id INTEGER PRIMARY KEY, title TEXT)")
+        conn.execute("CREATE TABLE stock (id INTEGER PRIMARY KEY, name TEXT, cost REAL, kind INTEGER)")
+        conn.executemany("INSERT INTO kinds VALUES (?, ?)", [(1, "a"), (2, "b"), (3, "c")])
+        conn.executemany("INSERT INTO stock VALUES (?, ?, ?, ?)", [(i, f"{db}{i}", 2.5 * i + k, 1 + i % 3) for i in range(1, 9)])
+        conn.commit()
+        conn.close()
+        rows += [{"db_id": db, "question": q.format(db=db), "query": sql} for q, sql in QUESTIONS]
+    (root / "dev.json").write_text(json.dumps(rows))
+    out = tmp_path_factory.mktemp("sim_replay")
+    config = compare.CompareConfig(task="spider", data=str(root), train_size=24, test_size=8, val_fraction=0.3,
+                                   max_metric_calls=90, auto=None, threads=1, seed=0, out=str(out), simulate=True,
+                                   ves_repetitions=0, methods=["hero_o"])
+    compare.run_comparison(config)
+    live = json.loads((out / "logs" / "hero_o" / "detailed_results.json").read_text())
+    return config, live
+
+
+def test_replay_of_the_full_journal_rebuilds_every_round(finished_run):
+    config, live = finished_run
+    data = replay_tool.replay(config)
+    assert data["complete"] and data["stopped_at"] is None
+    assert len(live["rounds"]) >= 2
+    assert json.loads(json.dumps(data["rounds"], default=str)) == live["rounds"]
+    assert data["final"]["final_instructions"] == live["final_instructions"]
+
+
+def test_replay_of_a_cut_journal_stops_there_with_the_rounds_before(finished_run, tmp_path):
+    config, live = finished_run
+    out = Path(config.out)
+    cut = tmp_path / "cut"
+    (cut / "logs").mkdir(parents=True)
+    (cut / "meta.json").write_text((out / "meta.json").read_text())
+    (cut / "logs" / "hero_o").mkdir()
+    src = out / "logs" / "hero_o"
+    (cut / "logs" / "hero_o" / "state.json").write_text((src / "state.json").read_text())
+    lines = (src / "journal.jsonl").read_text().splitlines(keepends=True)
+    (cut / "logs" / "hero_o" / "journal.jsonl").write_text("".join(lines[: int(len(lines) * 0.7)]))
+    before = (cut / "logs" / "hero_o" / "journal.jsonl").read_bytes()
+    data = replay_tool.replay(compare.CompareConfig(**{**config.__dict__, "out": str(cut)}))
+    assert not data["complete"] and data["stopped_at"]
+    assert len(data["rounds"]) < len(live["rounds"])
+    assert json.loads(json.dumps(data["rounds"], default=str)) == live["rounds"][: len(data["rounds"])]
+    assert (cut / "logs" / "hero_o" / "journal.jsonl").read_bytes() == before  # the run dir is not touched
+    assert not (cut / "logs" / "hero_o" / "result.json").exists()
+
+
+def test_replay_refuses_arguments_of_another_run(finished_run):
+    config, _ = finished_run
+    with pytest.raises(ValueError, match="other pools"):
+        replay_tool.replay(compare.CompareConfig(**{**config.__dict__, "train_size": 18}))
