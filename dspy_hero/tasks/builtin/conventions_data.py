@@ -42,7 +42,6 @@ import json
 import os
 import random
 import re
-import sqlite3
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -50,7 +49,14 @@ from datetime import date, timedelta
 from enum import Enum
 from pathlib import Path
 
-from dspy_hero.tasks.builtin.sql_data import FIRST_NAMES, LAST_NAMES
+from dspy_hero.tasks.builtin.sql_data import (
+    FIRST_NAMES,
+    LAST_NAMES,
+    Table,
+    cache_root,
+    file_sha,
+    write_tables,
+)
 
 GENERATOR_VERSION = 1
 
@@ -363,14 +369,6 @@ def databases(split: Split | None = None) -> list[ConventionDB]:
 # --- generation ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Table:
-    name: str
-    ddl: str
-    columns: tuple[str, ...]
-    rows: list[tuple]
-
-
 def _day(rng: random.Random, start: date, end: date) -> date:
     return start + timedelta(days=rng.randrange((end - start).days + 1))
 
@@ -468,29 +466,7 @@ def content_digest(tables: list[Table]) -> str:
 
 
 def default_directory(seed: int) -> Path:
-    root = os.environ.get("HERO_CACHE_DIR")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "dspy-hero"
-    return base / "builtin" / "conventions" / f"seed-{seed}"
-
-
-def _file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write(tables: list[Table], path: Path) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA foreign_keys = ON")
-        with conn:
-            for table in tables:
-                conn.execute(table.ddl)
-                marks = ", ".join("?" for _ in table.columns)
-                conn.executemany(f"INSERT INTO {table.name} ({', '.join(table.columns)}) VALUES ({marks})", table.rows)
-        problems = conn.execute("PRAGMA foreign_key_check").fetchall()
-        if problems:
-            raise RuntimeError(f"generated data violates foreign keys: {problems[:5]}")
-    finally:
-        conn.close()
+    return cache_root() / "conventions" / f"seed-{seed}"
 
 
 _BUILD_LOCK = threading.Lock()
@@ -508,7 +484,7 @@ def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None) ->
     with _BUILD_LOCK:
         try:
             stamp = json.loads(stamp_path.read_text())
-            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == _file_sha(path):
+            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == file_sha(path):
                 return path
         except (OSError, ValueError):
             pass
@@ -518,9 +494,9 @@ def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None) ->
         tmp = Path(tmp_name)
         try:
             tmp.unlink()  # sqlite3 creates it fresh
-            _write(tables, tmp)
+            write_tables(tables, tmp)
             os.chmod(tmp, 0o644)
-            sha = _file_sha(tmp)
+            sha = file_sha(tmp)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

@@ -432,17 +432,23 @@ def content_digest(tables: list[Table]) -> str:
     return digest.hexdigest()
 
 
-def default_directory() -> Path:
+def cache_root() -> Path:
+    """Where built-in databases are built: ``$HERO_CACHE_DIR/builtin`` (default ``~/.cache/dspy-hero/builtin``)."""
     root = os.environ.get("HERO_CACHE_DIR")
     base = Path(root).expanduser() if root else Path.home() / ".cache" / "dspy-hero"
-    return base / "builtin" / "sql"
+    return base / "builtin"
 
 
-def _file_sha(path: Path) -> str:
+def default_directory() -> Path:
+    return cache_root() / "sql"
+
+
+def file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write(tables: list[Table], path: Path) -> None:
+def write_tables(tables: list[Table], path: Path) -> None:
+    """Create `tables` with their rows in a new SQLite file at `path`, checking foreign keys."""
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA foreign_keys = ON")
@@ -471,7 +477,7 @@ def ensure_database(db_id: str, directory: Path | None = None) -> Path:
     with _BUILD_LOCK:
         try:
             stamp = json.loads(stamp_path.read_text())
-            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == _file_sha(path):
+            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == file_sha(path):
                 return path
         except (OSError, ValueError):
             pass
@@ -481,9 +487,9 @@ def ensure_database(db_id: str, directory: Path | None = None) -> Path:
         tmp = Path(tmp_name)
         try:
             tmp.unlink()  # sqlite3 creates it fresh
-            _write(tables, tmp)
+            write_tables(tables, tmp)
             os.chmod(tmp, 0o644)
-            sha = _file_sha(tmp)
+            sha = file_sha(tmp)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
