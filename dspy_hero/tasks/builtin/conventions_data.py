@@ -39,24 +39,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
-import tempfile
-import threading
 from dataclasses import dataclass
 from datetime import date, timedelta
 from enum import Enum
 from pathlib import Path
 
-from dspy_hero.tasks.builtin.sql_data import (
-    FIRST_NAMES,
-    LAST_NAMES,
-    Table,
-    cache_root,
-    file_sha,
-    write_tables,
-)
+from dspy_hero.tasks.builtin.sql_data import FIRST_NAMES, LAST_NAMES, Table, cache_root, materialize
 
 GENERATOR_VERSION = 1
 
@@ -469,41 +459,13 @@ def default_directory(seed: int) -> Path:
     return cache_root() / "conventions" / f"seed-{seed}"
 
 
-_BUILD_LOCK = threading.Lock()
-
-
 def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None) -> Path:
     """The path of database `db_id` for `seed`, (re)built if missing, stale or altered. Idempotent."""
     if db_id not in DATABASES:
         raise KeyError(f"unknown conventions database {db_id!r}; choose one of {sorted(DATABASES)}")
-    directory = Path(directory) if directory else default_directory(seed)
-    path = directory / f"{db_id}.sqlite"
-    stamp_path = directory / f"{db_id}.stamp.json"
     tables = generate(DATABASES[db_id], seed)
-    content = content_digest(tables)
-    with _BUILD_LOCK:
-        try:
-            stamp = json.loads(stamp_path.read_text())
-            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == file_sha(path):
-                return path
-        except (OSError, ValueError):
-            pass
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{db_id}.", suffix=".sqlite", dir=directory)
-        os.close(fd)
-        tmp = Path(tmp_name)
-        try:
-            tmp.unlink()  # sqlite3 creates it fresh
-            write_tables(tables, tmp)
-            os.chmod(tmp, 0o644)
-            sha = file_sha(tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        stamp_tmp = stamp_path.with_suffix(".tmp")
-        stamp_tmp.write_text(json.dumps({"content": content, "file_sha256": sha, "seed": seed}))
-        os.replace(stamp_tmp, stamp_path)
-    return path
+    directory = Path(directory) if directory else default_directory(seed)
+    return materialize(tables, directory, db_id, content_digest(tables), seed=seed)
 
 
 def ensure_databases(seed: int = 0, directory: Path | None = None) -> dict[str, Path]:

@@ -467,17 +467,15 @@ def write_tables(tables: list[Table], path: Path) -> None:
 _BUILD_LOCK = threading.Lock()
 
 
-def ensure_database(db_id: str, directory: Path | None = None) -> Path:
-    """The path of database `db_id`, (re)built if missing, stale or altered. Idempotent."""
-    directory = Path(directory) if directory else default_directory()
+def materialize(tables: list[Table], directory: Path, db_id: str, content: str, **stamp: object) -> Path:
+    """`directory/<db_id>.sqlite` holding `tables`, (re)built atomically unless its stamp records the same
+    `content` digest and the file's own sha256 (so a damaged or edited file is rebuilt). Idempotent."""
     path = directory / f"{db_id}.sqlite"
     stamp_path = directory / f"{db_id}.stamp.json"
-    tables = generate(db_id)
-    content = content_digest(tables)
     with _BUILD_LOCK:
         try:
-            stamp = json.loads(stamp_path.read_text())
-            if stamp.get("content") == content and path.is_file() and stamp.get("file_sha256") == file_sha(path):
+            old = json.loads(stamp_path.read_text())
+            if old.get("content") == content and path.is_file() and old.get("file_sha256") == file_sha(path):
                 return path
         except (OSError, ValueError):
             pass
@@ -494,9 +492,15 @@ def ensure_database(db_id: str, directory: Path | None = None) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
         stamp_tmp = stamp_path.with_suffix(".tmp")
-        stamp_tmp.write_text(json.dumps({"content": content, "file_sha256": sha}))
+        stamp_tmp.write_text(json.dumps({"content": content, "file_sha256": sha, **stamp}))
         os.replace(stamp_tmp, stamp_path)
     return path
+
+
+def ensure_database(db_id: str, directory: Path | None = None) -> Path:
+    """The path of database `db_id`, (re)built if missing, stale or altered. Idempotent."""
+    tables = generate(db_id)
+    return materialize(tables, Path(directory) if directory else default_directory(), db_id, content_digest(tables))
 
 
 def ensure_databases(directory: Path | None = None) -> dict[str, Path]:
