@@ -160,9 +160,8 @@ def program_input_names(program: Any) -> tuple[str, ...] | None:
         return None if names is None else tuple(names)
     if isinstance(program, dspy.Predict):
         return tuple(program.signature.input_fields)
-    forward = getattr(program, "forward", None) or program
     try:
-        params = list(inspect.signature(forward).parameters.values())
+        params = list(inspect.signature(_forward_of(program)).parameters.values())
     except (TypeError, ValueError):
         return None
     named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
@@ -177,12 +176,18 @@ def program_input_names(program: Any) -> tuple[str, ...] | None:
     return tuple(named)
 
 
+def _forward_of(program: Any) -> Any:
+    """The callable whose parameters a program takes: its class's ``forward`` (read from the class, since
+    DSPy warns on every instance access to ``forward``), else the program itself."""
+    return getattr(type(program), "forward", None) or program
+
+
 def required_inputs(program: Any) -> tuple[str, ...]:
     """The forward parameters without a default (a call without them raises TypeError)."""
     if isinstance(program, dspy.Predict) or callable(getattr(program, "accepted_inputs", None)):
         return ()
     try:
-        params = inspect.signature(getattr(program, "forward", None) or program).parameters.values()
+        params = inspect.signature(_forward_of(program)).parameters.values()
     except (TypeError, ValueError):
         return ()
     return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
