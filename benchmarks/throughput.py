@@ -196,8 +196,8 @@ def plans(reps: int) -> dict[str, list[Config]]:
 def save(out: Path, plan: str, row: dict[str, Any]) -> None:
     data = json.loads(out.read_text()) if out.exists() else {}
     data.setdefault("plans", {}).setdefault(plan, []).append(row)
-    data["note"] = ("Measured on a shared 2-core machine with other engineers' tests running: see each row's "
-                    "load averages; compare configurations within one plan (interleaved), not across plans.")
+    data["note"] = ("Each row records the load average before and after its run (on a 2-core machine ~2 is the model "
+                    "alone); compare configurations within one plan (interleaved), not across plans.")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
 

@@ -189,6 +189,33 @@ def test_reference_diff_only_when_a_reference_is_passed(env, db):
         read({"gold_sql": gold}, "gold_sql")
 
 
+@pytest.mark.parametrize("pred, gold, category, text", [
+    ("SELECT SUM(price_cents) FROM orders", "SELECT SUM(price_cents) / 100.0 FROM orders", Category.REF_COLUMN_FORM,
+     "the reference reads `price_cents` as `SUM(price_cents) / 100.0`, the prediction uses it as stored"),
+    ("SELECT COUNT(*) FROM o WHERE strftime('%Y', d) = '2023'", "SELECT COUNT(*) FROM o WHERE substr(d, 7, 4) = '2023'",
+     Category.REF_COLUMN_FORM, "the reference reads `d` as `SUBSTRING(d, 7, 4)`, the prediction as `STRFTIME('%Y', d)`"),
+    ("SELECT name FROM m WHERE is_active = 1", "SELECT name FROM m WHERE T.is_active = 'Y'", Category.REF_COMPARED_VALUE,
+     "the reference compares `is_active` with 'Y', the prediction with 1"),
+    ("SELECT 1 FROM o WHERE status IN ('delivered', 'sent')", "SELECT 1 FROM o WHERE status IN ('DLV')",
+     Category.REF_COMPARED_VALUE, "the reference compares `status` with 'DLV', the prediction with 'delivered', 'sent'"),
+])
+def test_reference_diff_names_conventions_the_schema_hides(pred, gold, category, text):
+    """Stored-value conventions (minor units, text dates, flag and code spellings) show up only as how a
+    column is read or compared; a structural diff alone would call these queries alike."""
+    facts = {f.category: f.text for f in diagnose("sql", {}, pred, reference=gold).facts}
+    assert facts.get(category) == text
+
+
+@pytest.mark.parametrize("pred, gold", [
+    ("SELECT SUM(price_cents) / 100.0 FROM orders", "SELECT SUM(T.price_cents) / 100.0 FROM orders"),
+    ("SELECT name FROM m WHERE is_active IN ('Y', 'y')", "SELECT name FROM m WHERE is_active = 'Y'"),
+    ("SELECT COUNT(*) FROM o WHERE strftime('%Y', d) = '2023'", "SELECT COUNT(*) FROM o WHERE d > 3"),
+])
+def test_reference_diff_is_quiet_when_the_column_is_read_alike(pred, gold):
+    cats = {f.category for f in diagnose("sql", {}, pred, reference=gold).facts}
+    assert not cats & {Category.REF_COLUMN_FORM, Category.REF_COMPARED_VALUE}
+
+
 def test_environment_built_from_the_case_fields_and_reused(db):
     with Diagnoser() as dg:
         d1 = dg.diagnose(None, {"db_path": db}, "SELECT nam FROM singer")

@@ -71,6 +71,8 @@ class Category(str, Enum):
     REF_GROUP_BY = "GROUP BY differs from the reference"
     REF_ORDER_LIMIT = "ORDER BY/LIMIT differs from the reference"
     REF_FILTER = "filter differs from the reference"
+    REF_COLUMN_FORM = "column read differently from the reference"
+    REF_COMPARED_VALUE = "column compared with other values than the reference"
     REF_PATTERN = "graph pattern differs from the reference"
 
     def describe(self) -> str:
@@ -124,6 +126,10 @@ _DESCRIPTIONS: dict[Category, str] = {
     Category.REF_GROUP_BY: "the prediction's GROUP BY differs from the reference's",
     Category.REF_ORDER_LIMIT: "the prediction's ORDER BY / LIMIT differs from the reference's",
     Category.REF_FILTER: "the prediction filters on other columns than the reference",
+    Category.REF_COLUMN_FORM: "the reference converts a column's stored value (scales it, parses it) where the "
+                              "prediction uses it as stored",
+    Category.REF_COMPARED_VALUE: "the prediction compares a column with other values than the reference "
+                                 "(the stored spelling differs)",
     Category.REF_PATTERN: "the prediction's graph pattern differs from the reference's",
 }
 

@@ -557,7 +557,68 @@ def reference_facts(tree: exp.Expression, reference: str) -> list[Fact]:
         if lacking:
             facts.append(Fact(Category.REF_FILTER, f"the reference filters on {', '.join(f'`{c}`' for c in lacking[:4])}, "
                               "the prediction does not"))
+    facts += _form_facts(_column_forms(tree), _column_forms(ref_tree))
+    facts += _value_facts(_compared_values(tree), _compared_values(ref_tree))
     return facts
+
+
+# Wrappers that convert a stored value (a scale, a text date, a cast); aggregates and parentheses are
+# looked through, so SUM(amount) / 100.0 is `amount` read as "SUM(amount) / 100.0".
+_CONVERSIONS = (exp.Div, exp.Mul, exp.Add, exp.Sub, exp.Func)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.In)
+
+
+def _column_forms(tree: exp.Expression) -> dict[str, set[str]]:
+    """For each column name, the conversions it is read through ("" = as stored)."""
+    forms: dict[str, set[str]] = {}
+    for col in tree.find_all(exp.Column):
+        parent, written = col.parent, col.sql(dialect="sqlite")
+        while isinstance(parent, (exp.Paren, exp.AggFunc)) or (  # sqlglot's implicit casts print as the column
+                isinstance(parent, exp.Func) and parent.sql(dialect="sqlite") == written):
+            parent = parent.parent
+        form = ""
+        if isinstance(parent, _CONVERSIONS) and not isinstance(parent, exp.AggFunc):
+            bare = parent.copy()
+            for c in bare.find_all(exp.Column):
+                c.set("table", None)
+            form = one_line(bare.sql(dialect="sqlite"), 60)
+        forms.setdefault(col.name.lower(), set()).add(form)
+    return forms
+
+
+def _form_facts(pred: dict[str, set[str]], ref: dict[str, set[str]]) -> list[Fact]:
+    """Columns both queries read that the reference converts in a way the prediction never does."""
+    facts = []
+    for name in sorted(set(pred) & set(ref)):
+        converted = sorted(f for f in ref[name] - pred[name] if f)
+        if converted and not pred[name] & (ref[name] - {""}):
+            own = sorted(f for f in pred[name] if f)
+            facts.append(Fact(Category.REF_COLUMN_FORM, f"the reference reads `{name}` as `{converted[0]}`, the "
+                              + (f"prediction as `{own[0]}`" if own else "prediction uses it as stored")))
+    return facts[:3]
+
+
+def _compared_values(tree: exp.Expression) -> dict[str, set[str]]:
+    """For each column compared directly with literals (`col = 'Y'`, `col IN (1, 2)`), those literals."""
+    values: dict[str, set[str]] = {}
+    for cmp in tree.find_all(*_COMPARISONS):
+        operands = [cmp.this] + ([*cmp.expressions] if isinstance(cmp, exp.In) else [cmp.expression])
+        operands = [o.unnest() if isinstance(o, exp.Paren) else o for o in operands if o is not None]
+        cols = [o for o in operands if isinstance(o, exp.Column)]
+        lits = [o for o in operands if isinstance(o, (exp.Literal, exp.Neg, exp.Boolean))]
+        if len(cols) == 1 and lits:
+            values.setdefault(cols[0].name.lower(), set()).update(one_line(o.sql(dialect="sqlite"), 30) for o in lits)
+    return values
+
+
+def _value_facts(pred: dict[str, set[str]], ref: dict[str, set[str]]) -> list[Fact]:
+    """Columns both queries compare with literals, with no literal in common."""
+    facts = []
+    for name in sorted(set(pred) & set(ref)):
+        if not pred[name] & ref[name]:
+            facts.append(Fact(Category.REF_COMPARED_VALUE, f"the reference compares `{name}` with "
+                              f"{', '.join(sorted(ref[name])[:3])}, the prediction with {', '.join(sorted(pred[name])[:3])}"))
+    return facts[:3]
 
 
 def _clauses(shape: SqlShape) -> str:
