@@ -196,6 +196,9 @@ def test_reference_diff_only_when_a_reference_is_passed(env, db):
      Category.REF_COLUMN_FORM, "the reference reads `d` as `SUBSTRING(d, 7, 4)`, the prediction as `STRFTIME('%Y', d)`"),
     ("SELECT name FROM m WHERE is_active = 1", "SELECT name FROM m WHERE T.is_active = 'Y'", Category.REF_COMPARED_VALUE,
      "the reference compares `is_active` with 'Y', the prediction with 1"),
+    ("SELECT COUNT(*) FROM f WHERE category = 'Wool'", "SELECT COUNT(*) FROM f i WHERE i.category = 'Wool' AND "
+     "i.archived_at IS NULL", Category.REF_FILTER, "the reference filters on `archived_at` (`archived_at IS NULL`), "
+     "the prediction does not"),
     ("SELECT 1 FROM o WHERE status IN ('delivered', 'sent')", "SELECT 1 FROM o WHERE status IN ('DLV')",
      Category.REF_COMPARED_VALUE, "the reference compares `status` with 'DLV', the prediction with 'delivered', 'sent'"),
 ])

@@ -59,8 +59,10 @@ def test_cases_are_chosen_by_counted_diagnosis_category_and_the_pattern_is_state
         "2 of 3 failing case(s): a column is taken from a table that does not have it",
         "1 of 3 failing case(s): an aggregate is selected next to plain columns without GROUP BY",
     ]
-    assert "In this case: column `name` is not in `singer_in_concert`; tables that have it: `singer`" in calls[0].inputs[
-        "failure_pattern"]
+    # every instance of the pattern, the chosen case's first; a one-case pattern shows its own instance
+    assert "Instances: (1) column `name` is not in `singer_in_concert`; tables that have it: `singer`" in calls[0].inputs[
+        "failure_pattern"] and "(2) " in calls[0].inputs["failure_pattern"]
+    assert "In this case: " in calls[1].inputs["failure_pattern"]
     assert "question F1" in calls[0].inputs["failing_case"] and "question F2" in calls[1].inputs["failing_case"]
     assert [e.cites for e in proposal.edits] == [["F1"], ["F2"]]
     gradient = evidence_gradient(cases, {c.case_id for c in cases})

@@ -229,3 +229,40 @@ def test_fallback_runs_when_the_primary_repeats_an_already_rejected_edit():
     assert fallback.calls == 1 and [e.rule for e in out.edits][-1] == "Always count rows with COUNT(*)."
     fresh = FallbackProposer(Fixed(repeated), fallback).propose(ctx_for(cases, 2))  # not rejected: no fallback
     assert fallback.calls == 1 and fresh.gradient == "primary"
+
+
+def test_proposal_style_decides_which_prompt_runs_first():
+    """AUTO puts the per-pattern prompt first only for the embedded local model (a scripted LM is not
+    one); the forced styles are honoured; an unknown style is refused when the settings are made."""
+    import pytest
+
+    from dspy_hero.optimizer.reflection import RuleProposer
+    from dspy_hero.optimizer.run import default_proposer
+    from dspy_hero.optimizer.settings import HeroSettings, ProposalStyle
+
+    rl = scripted_lm(lambda req: {"rule": "x"})
+    assert isinstance(default_proposer(None, ProposalStyle.AUTO, rl).primary, RuleProposer)
+    assert isinstance(default_proposer(None, ProposalStyle.PER_PATTERN, rl).primary, CaseRuleProposer)
+    assert isinstance(default_proposer(None, ProposalStyle.PER_PATTERN, rl).fallback, RuleProposer)
+    assert isinstance(default_proposer(None, ProposalStyle.EVIDENCE_WIDE, rl).primary, RuleProposer)
+    assert HeroSettings(proposal_style="per_pattern").proposal_style is ProposalStyle.PER_PATTERN
+    with pytest.raises(ValueError, match="proposal_style must be one of"):
+        HeroSettings(proposal_style="sometimes")
+
+
+def test_per_pattern_style_reaches_the_run():
+    """HeroOptimizer(proposal_style="per_pattern") asks the one-pattern question (RuleFromFailure)
+    before any evidence-wide call."""
+    examples = make_examples(40)
+    seen: list[str] = []
+
+    def reflect(req):
+        seen.append("rule" if req.output_fields == ("rule",) else "evidence-wide")
+        return {"rule": SUM_RULE} if req.output_fields == ("rule",) else {"edits": "", "revise": "", "preserve": ""}
+
+    rl = scripted_lm(reflect)
+    opt = HeroOptimizer(metric=feedback_metric, reflection_lm=rl, max_metric_calls=60, num_rounds=1, num_candidates=1,
+                        proposal_style="per_pattern", display_progress=False)
+    with dspy.context(lm=task_lm()):
+        opt.compile(program(), trainset=examples)
+    assert seen and seen[0] == "rule"

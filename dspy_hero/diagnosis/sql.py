@@ -555,8 +555,10 @@ def reference_facts(tree: exp.Expression, reference: str) -> list[Fact]:
     if set(pred.filters) != set(ref.filters) and ref.filters:
         lacking = [c for c in ref.filters if c not in set(pred.filters)]
         if lacking:
-            facts.append(Fact(Category.REF_FILTER, f"the reference filters on {', '.join(f'`{c}`' for c in lacking[:4])}, "
-                              "the prediction does not"))
+            conditions = [cond for c in lacking[:2] if (cond := _condition_on(ref_tree, c))]
+            facts.append(Fact(Category.REF_FILTER, f"the reference filters on {', '.join(f'`{c}`' for c in lacking[:4])}"
+                              + (f" ({'; '.join(f'`{c}`' for c in conditions)})" if conditions else "")
+                              + ", the prediction does not"))
     facts += _form_facts(_column_forms(tree), _column_forms(ref_tree))
     facts += _value_facts(_compared_values(tree), _compared_values(ref_tree))
     return facts
@@ -584,6 +586,18 @@ def _column_forms(tree: exp.Expression) -> dict[str, set[str]]:
             form = one_line(bare.sql(dialect="sqlite"), 60)
         forms.setdefault(col.name.lower(), set()).add(form)
     return forms
+
+
+def _condition_on(tree: exp.Expression, column: str) -> str | None:
+    """The reference's simplest WHERE/HAVING condition on `column` (what a rule would have to say)."""
+    conds = [c for c in tree.find_all(*_COMPARISONS, exp.Is, exp.Between)
+             if any(col.name.lower() == column for col in c.find_all(exp.Column))]
+    if not conds:
+        return None
+    bare = min(conds, key=lambda c: len(c.sql(dialect="sqlite"))).copy()
+    for col in bare.find_all(exp.Column):
+        col.set("table", None)
+    return one_line(bare.sql(dialect="sqlite"), 60)
 
 
 def _form_facts(pred: dict[str, set[str]], ref: dict[str, set[str]]) -> list[Fact]:

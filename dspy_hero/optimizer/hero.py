@@ -102,7 +102,10 @@ class HeroOptimizer(Teleprompter):
     (``failure_only`` is the ablation switch); ``evidence_token_budget`` (None: sized from the reflection
     LM's context window, so a 128K model sees 32 + 32 cases); ``training_references`` (False: the evidence
     holds label-free facts only; True adds each TRAINING case's reference program and its structural
-    diff, never used at test time); ``reflection_temperature``
+    diff, never used at test time); ``proposal_style`` ("auto": one short reflection call per counted
+    failure pattern for the embedded local model, the evidence-wide prompt otherwise; "per_pattern" /
+    "evidence_wide" force one, the other being the fallback; see settings.ProposalStyle);
+    ``reflection_temperature``
     (default 1.0, as GEPA users run the reflector) and ``max_proposal_calls`` (default K: reflection
     calls per round, over different evidence slices, until K distinct new candidates exist);
     ``pool_fractions`` (diagnosis, update, selection; default 0.3 / 0.5 / 0.2: the update pool bounds
@@ -164,6 +167,7 @@ class HeroOptimizer(Teleprompter):
         failure_only: bool = False,
         evidence_token_budget: int | None = None,
         training_references: bool = False,
+        proposal_style: str = "auto",
         acceptance_margin: float = 0.0,
         acceptance_initial: int = 8,
         acceptance_max: int | None = None,
@@ -219,6 +223,7 @@ class HeroOptimizer(Teleprompter):
         self.num_failing_cases, self.num_passing_cases, self.failure_only = num_failing_cases, num_passing_cases, failure_only
         self.evidence_token_budget = evidence_token_budget
         self.training_references = training_references
+        self.proposal_style = proposal_style
         self.acceptance_margin, self.acceptance_initial = acceptance_margin, acceptance_initial
         self.acceptance_max, self.acceptance_alpha = acceptance_max, acceptance_alpha
         self.pool_fractions, self.group_key = tuple(pool_fractions), group_key
@@ -295,7 +300,7 @@ class HeroOptimizer(Teleprompter):
             min_calls_per_round=self.min_calls_per_round, num_candidates=self.num_candidates,
             num_failing_cases=self.num_failing_cases, num_passing_cases=self.num_passing_cases,
             failure_only=self.failure_only, evidence_token_budget=self.evidence_token_budget,
-            training_references=self.training_references,
+            training_references=self.training_references, proposal_style=self.proposal_style,
             acceptance_margin=self.acceptance_margin, acceptance_initial=self.acceptance_initial,
             acceptance_max=self.acceptance_max, acceptance_alpha=self.acceptance_alpha,
             pool_fractions=self.pool_fractions, group_key=self.group_key,

@@ -64,8 +64,12 @@ _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNO
 class RuleFromFailure(dspy.Signature):
     """A program generator keeps making the mistake described in failure_pattern; failing_case is one
     example of it. Write ONE short, general rule to add to its instructions so that it avoids this
-    kind of mistake on other questions too. Do not correct this program and do not write code or a
-    query: write an instruction. Do not mention this question's specific names, values or answer.
+    kind of mistake on other questions too. The pattern's instances may come from different databases:
+    name the kind of column or value they share and what to do, so the rule also works where the names
+    differ. A "reference" is the correct program of a training case: the generator never sees one, so
+    say what the generator should do, not what a reference does. Do not correct this program and do
+    not write code or a query: write an instruction. Do not mention this question's specific values or
+    answer.
     Answer with one sentence that starts with "Always", "Never" or "When"."""
 
     task_instructions: str = dspy.InputField(desc="what the generator is asked to do")
@@ -92,7 +96,7 @@ def case_categories(case: Any) -> list[str]:
     first), else the coarse label of its feedback."""
     diag = getattr(case, "diagnosis", None)
     if diag is not None:
-        cats = [c.value for c in diag.label_free_only().categories]
+        cats = [c.value for c in diag.categories]  # REF_* only exist when training references were asked for
         if cats:
             return cats
     return [failure_category(case.feedback)]
@@ -129,22 +133,33 @@ def _render_case(case: Any, max_chars: int) -> str:
     lines += [f"generated {k}: {cut(v)}" for k, v in case.program.items() if k != "raw_output"]
     lines.append(f"execution feedback: {cut(case.feedback)}")
     diag = getattr(case, "diagnosis", None)
-    if diag is not None and diag.label_free_only().facts:
-        lines.append(f"diagnosis: {cut(diag.label_free_only().line())}")
+    if diag is not None and diag.facts:
+        lines.append(f"diagnosis: {cut(diag.line())}")
+    if getattr(case, "reference", None):  # set only with training_references=True
+        lines.append(f"reference program (training case): {cut(case.reference)}")
     return "\n".join(lines)
 
 
-def failure_pattern(category: str, group: list[Any], total: int, case: Any) -> str:
-    """The pattern the reflector is asked to write a rule for: the counted category in words, and the
-    chosen case's own instance of it."""
+def failure_pattern(category: str, group: list[Any], total: int, case: Any, max_instances: int = 4) -> str:
+    """The pattern the reflector is asked to write a rule for: the counted category in words and its
+    instances in several cases (the chosen case's first). Several instances, often from different
+    databases, are what lets a small model see the general kind ("a deletion timestamp column") rather
+    than one database's name for it."""
     known = {c.value: c for c in Category}
     words = known[category].describe() if category in known else f"the program failed with {category}"
     text = f"{len(group)} of {total} failing case(s): {words}."
-    diag = getattr(case, "diagnosis", None)
-    if diag is not None:
-        own = [f.text for f in diag.label_free_only().facts if f.category.value == category]
-        if own:
-            text += f" In this case: {own[0]}."
+    instances: list[str] = []
+    for c in [case] + [g for g in group if g is not case]:
+        diag = getattr(c, "diagnosis", None)
+        own = [f.text for f in diag.facts if f.category.value == category] if diag is not None else []
+        if own and own[0] not in instances:
+            instances.append(own[0])
+        if len(instances) >= max_instances:
+            break
+    if len(instances) == 1:
+        text += f" In this case: {instances[0]}."
+    elif instances:
+        text += " Instances: " + " ".join(f"({i}) {t}." for i, t in enumerate(instances, 1))
     return text
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import dspy
 
 from dspy_hero.diagnosis import Diagnoser
+from dspy_hero.lm.local import server_of
 from dspy_hero.metrics.base import (
     label_inputs,
     output_names,
@@ -54,7 +55,7 @@ from dspy_hero.optimizer.rollout import (
     build_variant,
     prefix_key,
 )
-from dspy_hero.optimizer.settings import HeroSettings
+from dspy_hero.optimizer.settings import HeroSettings, ProposalStyle
 from dspy_hero.optimizer.strategies.adopter import LowerBoundAdopter
 from dspy_hero.optimizer.strategies.builder import GuardedBuilder
 from dspy_hero.optimizer.strategies.planner import RoundPlanner
@@ -67,9 +68,15 @@ from dspy_hero.text import approx_tokens
 logger = logging.getLogger("dspy_hero.optimizer")
 
 
-def default_proposer(guard: Any = None) -> FallbackProposer:
-    """Evidence-wide rule edits first; per-failing-case rules when none of those is usable or passes
-    the guard (small reflection models), see reflection_cases.py."""
+def default_proposer(guard: Any = None, style: ProposalStyle = ProposalStyle.EVIDENCE_WIDE,
+                     reflection_lm: Any = None) -> FallbackProposer:
+    """Evidence-wide rule edits and per-pattern rules (reflection_cases.py), one as the fallback of the
+    other when it yields no usable edit; which runs first is `style` (AUTO: per-pattern first for the
+    embedded local model, see `ProposalStyle`)."""
+    if style is ProposalStyle.AUTO:
+        style = ProposalStyle.PER_PATTERN if server_of(reflection_lm) is not None else ProposalStyle.EVIDENCE_WIDE
+    if style is ProposalStyle.PER_PATTERN:
+        return FallbackProposer(CaseRuleProposer(), RuleProposer(), guard=guard)
     return FallbackProposer(RuleProposer(), CaseRuleProposer(), guard=guard)
 
 
@@ -260,7 +267,7 @@ class HeroRun:
                                      failure_only=s.failure_only, diagnoser=self.diagnoser,
                                      training_references=s.training_references)
         guard = o.guard or MemorizationGuard()
-        self.proposer = o.proposer or default_proposer(guard)
+        self.proposer = o.proposer or default_proposer(guard, s.proposal_style, self.reflection_lm)
         self.proposals = SlicedProposals(s.proposal_calls, s.reflection_temperature)
         self.builder = GuardedBuilder(guard, max_rules=s.max_rules, max_rule_chars=s.max_rule_chars, limit=s.num_candidates)
         # alpha is the run's false-adoption level: Bonferroni over the (at most) T rounds here, and over

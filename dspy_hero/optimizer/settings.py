@@ -8,6 +8,7 @@ set of values that can change a result.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
 # How much HERO-O searches per `auto` level: (rounds T, candidates K per round, acceptance max pairs).
@@ -18,6 +19,22 @@ SEARCH_LEVELS: dict[str, tuple[int, int, int]] = {
     "medium": (8, 6, 96),
     "heavy": (12, 8, 128),
 }
+
+
+class ProposalStyle(str, Enum):
+    """Which reflection prompt runs first (the other is the fallback when it yields no usable rule).
+
+    EVIDENCE_WIDE: the whole evidence, a diagnosis then rule edits (two long calls; strong models).
+    PER_PATTERN: one short call per counted failure pattern, shown its instances (small models: on the
+    conventions task the 1.5B model spent 243 s on the evidence-wide calls and returned SQL fragments).
+    AUTO: PER_PATTERN when the reflection LM is the embedded local model, else EVIDENCE_WIDE.
+    """
+
+    AUTO = "auto"
+    EVIDENCE_WIDE = "evidence_wide"
+    PER_PATTERN = "per_pattern"
+
+
 VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow", "max_errors", "verbose")  # never change a decision
 
 
@@ -52,6 +69,7 @@ class HeroSettings:
     display_progress: bool = True
     reflection_temperature: float = 1.0
     max_proposal_calls: int | None = None  # None: num_candidates
+    proposal_style: ProposalStyle = ProposalStyle.AUTO
     max_errors: int = 10  # rollouts that may raise (program or metric) before the run aborts, as dspy.Evaluate
     verbose: bool = False  # round lines and the summary at WARNING (shown by default) instead of INFO
 
@@ -73,6 +91,11 @@ class HeroSettings:
             raise ValueError(f"max_errors must be an int >= 0, got {self.max_errors!r}")
         if self.reflection_temperature < 0:
             raise ValueError("reflection_temperature must be >= 0")
+        try:
+            object.__setattr__(self, "proposal_style", ProposalStyle(self.proposal_style))
+        except ValueError:
+            raise ValueError(f"proposal_style must be one of {[s.value for s in ProposalStyle]}, "
+                             f"got {self.proposal_style!r}") from None
 
     @property
     def proposal_calls(self) -> int:
