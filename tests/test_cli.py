@@ -54,6 +54,12 @@ def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its
     fixes = sum(t["score"] > s["score"] for s, t in zip(seed, tuned))
     breaks = sum(t["score"] < s["score"] for s, t in zip(seed, tuned))
     assert rows["HERO-O"]["vs_seed"] == f"{fixes}:{breaks}" and fixes > breaks and rows["seed prompt"]["vs_seed"] is None
+    # the table's in-sample fix:break is the last point of the fix:break curve both harness doors plot
+    from dspy_hero.bench.methods import hero_fix_break
+
+    last = hero_fix_break(hero)[-1]
+    assert rows["HERO-O"]["fix_break"] == f"{last['fixes']}:{last['breaks']}" == \
+        f"{hero['adopted_fixes']}:{hero['adopted_breaks']}"
     # every adopted rule is printed with its in-sample and held-out counts, in the terminal and in report.md
     text, md = said(type("R", (), {"output": output})), (out / "report.md").read_text()
     assert "HERO-O's adopted rules" in text and "## HERO-O's adopted rules" in md
@@ -210,7 +216,7 @@ def test_hero_t_uses_the_tasks_environments(tmp_path):
     # the demos are verified by the task metric (on its own engine), not by bare execution here
     assert asked == [] and refiner.demo_bank.stats == {"considered": len(task.train), "kept": len(task.train)}
     report = run.evaluate("seed_refined", refiner)
-    assert not [o.error for o in report.outcomes if o.error]
+    assert not [o["error"] for o in report.outcomes if o["error"]]
     assert asked == [ex.db_id for ex in run.test]
 
 

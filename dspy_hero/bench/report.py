@@ -1,18 +1,30 @@
-"""Turn per-method results into the comparison's JSON, Markdown table and PNG plots.
+"""Every report of a run, from per-method results: the comparison's JSON, Markdown and plots
+(`benchmarks/compare.py`) and the `hero` CLI's run directory (results.json, report.md, the same plots).
 
-Every figure is recomputed from the per-example outcomes, so the table, the intervals and the plots
+One module for both doors: the paired fixes:breaks, HERO-O's fix:break per round (read once, by
+`methods.hero_fix_break`), the adopted-rules and rounds tables and the two plots exist once. Every
+figure is recomputed from the per-example outcomes, so the tables, the intervals and the plots
 always agree with the JSON a reader can re-analyse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dspy_hero.bench.methods import MethodResult
+from dspy_hero.bench.methods import MethodResult, hero_fix_break
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
-from dspy_hero.files import write_json_atomic as write_json  # noqa: F401 - re-exported for compare.py
+from dspy_hero.files import write_json_atomic as write_json
+
+
+def paired_passes(base: MethodResult, other: MethodResult) -> tuple[list[float], list[float]]:
+    """(other's, base's) pass/fail on the examples both evaluated, paired by example id."""
+    base_by_id = {o["example_id"]: float(o["score"] >= 1.0) for o in base.outcomes}
+    mine = {o["example_id"]: float(o["score"] >= 1.0) for o in other.outcomes}
+    ids = [i for i in mine if i in base_by_id]
+    return [mine[i] for i in ids], [base_by_id[i] for i in ids]
 
 
 def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) -> dict[str, dict[str, Any]]:
@@ -20,18 +32,20 @@ def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) ->
     base = results.get(baseline)
     if base is None or base.status != "done":
         return {}
-    base_by_id = {o["example_id"]: float(o["score"] >= 1.0) for o in base.outcomes}
     out = {}
     for name, res in results.items():
         if name == baseline or res.status != "done":
             continue
-        ids = [o["example_id"] for o in res.outcomes if o["example_id"] in base_by_id]
-        mine = {o["example_id"]: float(o["score"] >= 1.0) for o in res.outcomes}
-        a, b = [mine[i] for i in ids], [base_by_id[i] for i in ids]
+        a, b = paired_passes(base, res)
         interval = paired_bootstrap(a, b, seed=seed)
         fixes, breaks = fixes_and_breaks(b, a)
         out[name] = {**interval.to_dict(), "fixes": fixes, "breaks": breaks}
     return out
+
+
+def usage_total(usage: Mapping[str, Mapping[str, int]], *keys: str) -> int:
+    """The sum of `keys` (calls, input_tokens, output_tokens) over a phase's LMs (task, reflection)."""
+    return sum(int(v.get(k, 0)) for v in usage.values() for k in keys)
 
 
 def summary(results: dict[str, MethodResult], seed: int = 0) -> dict[str, Any]:
@@ -75,20 +89,20 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         vs_seed, vs_gepa = stats["vs_seed"].get(name), stats["vs_gepa"].get(name)
         opt = r.lm_optimization
         calls = f"{opt.get('task', {}).get('calls', 0)}/{opt.get('reflection', {}).get('calls', 0)}" if opt else "–"
-        tokens = sum(v.get("input_tokens", 0) + v.get("output_tokens", 0) for v in opt.values()) if opt else 0
+        tokens = usage_total(opt, "input_tokens", "output_tokens")
         refl = opt.get("reflection", {}) if opt else {}
         per_call = (f"{(refl.get('input_tokens', 0) + refl.get('output_tokens', 0)) / refl['calls']:.0f}"
                     if refl.get("calls") else "–")
-        ev_calls = sum(v.get("calls", 0) for v in r.lm_evaluation.values())
+        ev_calls = usage_total(r.lm_evaluation, "calls")
         last = r.fix_break[-1] if r.fix_break else None
-        fb = f"{last['fixes']}:{last['breaks']}" if last else "–"
+        cum = f"{last['fixes']}:{last['breaks']}" if last else "–"
         fbs = f"{vs_seed['fixes']}/{vs_seed['breaks']}" if vs_seed else "–"
         ves = "–" if r.ves is None else f"{r.ves:.1f}"
         rollouts = f"{r.rollouts_optimization}" + (f" / {r.budget}" if r.budget else "") if r.rollouts_optimization else "0"
         ci = r.ci or {}
         lines.append(
             f"| {r.label} | {_pct(r.pass_at_1)} [{_pct(ci.get('low'))}, {_pct(ci.get('high'))}] | {_diff(vs_seed)} | "
-            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {fb} | "
+            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {cum} | "
             f"{r.wall_s_optimization + r.wall_s_evaluation:.1f} |"
         )
     lines += ["", ("Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
@@ -113,10 +127,9 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             f"- HERO-O fix:break of the final prompt vs the seed: in-sample {x.get('adopted_fixes')}:{x.get('adopted_breaks')}"
             f", held-out {x.get('held_out_pool') or 'selection'} pool {x.get('held_out_fixes')}:{x.get('held_out_breaks')}"
             f" (n={x.get('held_out_n')})" + (f", evaluation set {test['fixes']}:{test['breaks']}" if test else ""))
-        for row in x.get("lineage") or []:
-            i, h = row["in_sample"], row["held_out"]
-            lines.append(f"  - update {row['entry_id']} (round {row['round']}): in-sample {i['fixes']}:{i['breaks']} "
-                         f"of {i['n']} pairs, held-out {h['fixes']}:{h['breaks']} of {h['n']}")
+        for rule in adopted_rules({"lineage": x.get("lineage") or []}):
+            lines.append(f"  - update {rule.entry_id} (round {rule.round}): in-sample {fb(rule.in_sample)} pairs, "
+                         f"held-out {fb(rule.held_out)}")
     for name in ("hero_o_t", "hero_o_react", "react"):
         r = results.get(name)
         if r is not None and r.status == "done":
@@ -134,45 +147,288 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
 
 
 def plots(out_dir: Path, results: dict[str, MethodResult], order: Sequence[str]) -> list[Path]:
-    """accuracy.png (pass@1 with 95% CI error bars) and fix_break.png (cumulative ratio per round)."""
+    """The comparison's accuracy.png (pass@1 with 95% CI error bars) and fix_break.png (cumulative fixes
+    and breaks per round of every method that records them: HERO-O's adopted decisions, GEPA's candidates)."""
+    done = [results[m] for m in order if m in results and results[m].status == "done"]
+    paths = [out_dir / "accuracy.png", out_dir / "fix_break.png"]
+    plot_accuracy([Bar.of(r) for r in done], paths[0])
+    plot_fix_break({r.label: r.fix_break for r in done if r.fix_break}, paths[1], xlabel="round (GEPA: candidate)")
+    return paths
+
+
+def write_comparison(out: Path, meta: dict[str, Any], results: dict[str, MethodResult],
+                     order: Sequence[str]) -> dict[str, Any]:
+    """results.json, results.md and the plots of a comparison; returns what results.json holds."""
+    data = {"meta": meta, "methods": {m: results[m].to_dict() for m in order},
+            "summary": summary(results, meta.get("seed", 0))}
+    write_json(out / "results.json", data)
+    (out / "results.md").write_text(markdown(meta, results, order), encoding="utf-8")
+    plots(out, results, order)
+    return data
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+@dataclass(frozen=True)
+class Bar:
+    """One method's bar: pass@1 and, when known, its 95% interval."""
+
+    label: str
+    pass_at_1: float
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, result: MethodResult) -> Bar:
+        ci = result.ci or {}
+        return cls(result.label, result.pass_at_1, ci.get("low"), ci.get("high"))
+
+
+_COLOURS = ("#9aa5b1", "#3b7dd8", "#1f9e6e", "#d8893b", "#8e5bd8", "#c44e52", "#55a868")
+
+
+def _pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only: no display on servers and CI
     import matplotlib.pyplot as plt
 
-    done = [results[m] for m in order if m in results and results[m].status == "done"]
-    paths = []
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(done)), 3.6))
-    xs = range(len(done))
-    vals = [r.pass_at_1 * 100 for r in done]
-    lo = [max(0.0, (r.pass_at_1 - r.ci.get("low", r.pass_at_1)) * 100) for r in done]
-    hi = [max(0.0, (r.ci.get("high", r.pass_at_1) - r.pass_at_1) * 100) for r in done]
-    ax.bar(xs, vals, yerr=[lo, hi], capsize=4, color="#4c72b0")
-    ax.set_xticks(list(xs), [r.label.replace(" (3 interactions)", "") for r in done], rotation=25, ha="right", fontsize=8)
+    return plt
+
+
+def plot_accuracy(bars: Sequence[Bar], path: Path) -> None:
+    """pass@1 per method, with 95% bootstrap error bars where the interval is known."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(bars)), 3.6))
+    xs = list(range(len(bars)))
+    values = [100 * b.pass_at_1 for b in bars]
+    errors = [[max(0.0, 100 * (b.pass_at_1 - b.low)) if b.low is not None else 0.0 for b in bars],
+              [max(0.0, 100 * (b.high - b.pass_at_1)) if b.high is not None else 0.0 for b in bars]]
+    drawn = ax.bar(xs, values, yerr=errors if any(map(any, errors)) else None, capsize=4,
+                   color=[_COLOURS[i % len(_COLOURS)] for i in xs])
+    for bar, value, above in zip(drawn, values, errors[1]):
+        ax.text(bar.get_x() + bar.get_width() / 2, value + above + 1, f"{value:.1f}", ha="center", fontsize=8)
+    ax.set_xticks(xs, [b.label.replace(" (3 interactions)", "") for b in bars], rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("pass@1 (%)")
-    ax.set_title("pass@1 per method (95% bootstrap CI)")
+    ax.set_ylim(0, 105)
+    ax.set_title("pass@1 per method, held-out (95% bootstrap CI)")
     fig.tight_layout()
-    paths.append(out_dir / "accuracy.png")
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for r in done:
-        if r.fix_break:
-            ratios = [(x["fixes"] / x["breaks"]) if x["breaks"] else float(x["fixes"]) for x in r.fix_break]
-            ax.plot([x["round"] for x in r.fix_break], ratios, marker="o", label=r.label)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("round (GEPA: candidate)")
-    ax.set_ylabel("cumulative fixes / breaks")
-    ax.set_title("cumulative fix-to-break ratio (no breaks: fixes)")
+
+def plot_fix_break(series: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, xlabel: str = "round") -> None:
+    """Cumulative fixes (solid) and breaks (dashed) per round of each series: `hero_fix_break` rows
+    (HERO-O's adopted decisions; their last point is the table's fix:break) or GEPA's candidates."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    rounds = sorted({int(r["round"]) for rows in series.values() for r in rows})
+    if rounds:
+        ax.set_xticks(rounds)
+    for i, (label, rows) in enumerate(series.items()):
+        colour, xs = _COLOURS[(i + 1) % len(_COLOURS)], [int(r["round"]) for r in rows]
+        ax.plot(xs, [r["fixes"] for r in rows], marker="o", color=colour, label=f"{label}: cumulative fixes")
+        ax.plot(xs, [r["breaks"] for r in rows], marker="x", ls="--", color=colour, label=f"{label}: cumulative breaks")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("count")
+    ax.set_title("cumulative fixes vs breaks per round")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     fig.tight_layout()
-    paths.append(out_dir / "fix_break.png")
-    fig.savefig(paths[-1], dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ------------------------------------------------------------ the `hero` CLI's run directory report
+
+@dataclass
+class MethodRow:
+    """One line of a run directory's summary table (and of the CLI's console table)."""
+
+    method: str
+    pass_at_1: float
+    n: int
+    rollouts: int | None = None
+    lm_calls: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+    fix_break: str | None = None  # "fixes:breaks" of adopted HERO-O prompts, e.g. "6:1"
+    extras: dict[str, Any] = field(default_factory=dict)
+    vs_seed: str | None = None  # "fixes:breaks" against the seed prompt on the same evaluated examples
+    ci_low: float | None = None  # pass@1's 95% bootstrap interval
+    ci_high: float | None = None
+
+
+ROW_COLUMNS = ("method", "pass@1", "n", "fixes:breaks vs seed", "rollouts", "in-sample fix:break", "LM calls",
+               "tokens", "wall (s)")
+
+
+def row_cells(row: MethodRow) -> list[str]:
+    """A row's cells under ROW_COLUMNS, as report.md and the terminal show them."""
+    return [row.method, f"{100 * row.pass_at_1:.1f}%", str(row.n), row.vs_seed or "—",
+            "—" if row.rollouts is None else str(row.rollouts), row.fix_break or "—", str(row.lm_calls),
+            str(row.tokens), f"{row.wall_s:.1f}"]
+
+
+def vs_seed(seed: MethodResult, other: MethodResult) -> str | None:
+    """"fixes:breaks" of `other` against the seed on the examples both evaluated (paired by example id,
+    as the comparison pairs them), or None when they share no example."""
+    mine, base = paired_passes(seed, other)
+    if not mine:
+        return None
+    fixes, breaks = fixes_and_breaks(base, mine)
+    return f"{fixes}:{breaks}"
+
+
+def method_rows(results: Sequence[MethodResult], hero: dict[str, Any]) -> list[MethodRow]:
+    """One table row per evaluation; rows of HERO-O programs carry its rollouts and fix:break."""
+    fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
+    seed = next((r for r in results if r.method == "seed"), None)
+    rows = []
+    for r in results:
+        is_hero = r.method.startswith("hero_o")
+        rows.append(MethodRow(
+            method=r.label, pass_at_1=r.pass_at_1, n=len(r.outcomes),
+            rollouts=hero.get("total_metric_calls") if is_hero else None,
+            lm_calls=usage_total(r.lm_evaluation, "calls"),
+            tokens=usage_total(r.lm_evaluation, "input_tokens", "output_tokens"), wall_s=r.wall_s_evaluation,
+            fix_break=fix_break if is_hero else None,
+            vs_seed=vs_seed(seed, r) if seed is not None and r is not seed else None,
+            ci_low=(r.ci or {}).get("low"), ci_high=(r.ci or {}).get("high")))
+    return rows
+
+
+def markdown_table(rows: list[MethodRow], title: str = "") -> str:
+    lines = [f"## {title}", ""] if title else []
+    lines.append("| " + " | ".join(ROW_COLUMNS) + " |")
+    lines.append("|---|" + "---:|" * (len(ROW_COLUMNS) - 1))
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class AdoptedRule:
+    """One update HERO-O adopted: the change, the acceptance decision's counts (in-sample: the pairs
+    that decided it), and its held-out counts from `HeroResult.lineage` (re-scored on the selection
+    pool, which decided nothing: vs. the prompt it replaced, and the chain so far vs. the seed)."""
+
+    entry_id: str
+    round: int
+    change: str
+    in_sample: tuple[int, int, int]  # fixes, breaks, pairs
+    held_out: tuple[int, int, int]
+    cumulative: tuple[int, int, int]
+    final: bool = False
+
+
+def _counts(d: dict[str, Any] | None) -> tuple[int, int, int]:
+    d = d or {}
+    return int(d.get("fixes", 0)), int(d.get("breaks", 0)), int(d.get("n", 0))
+
+
+def adopted_rules(hero: dict[str, Any]) -> list[AdoptedRule]:
+    """The adopted updates of a HeroResult dict, in the order they were adopted."""
+    changes = {c.get("candidate_id"): (c.get("edit") if c.get("kind") == "edit" else
+                                       "full text: " + " ".join(str(c.get("instructions", "")).split()))
+               for r in hero.get("rounds", []) for c in r.get("candidates", [])}
+    return [AdoptedRule(str(row.get("entry_id")), int(row.get("round", 0)), str(changes.get(row.get("entry_id"), "?")),
+                        _counts(row.get("in_sample")), _counts(row.get("held_out")),
+                        _counts(row.get("cumulative_held_out")), bool(row.get("final")))
+            for row in hero.get("lineage", [])]
+
+
+def fb(counts: tuple[int, int, int]) -> str:
+    return f"{counts[0]}:{counts[1]} of {counts[2]}"
+
+
+def adopted_rules_table(hero: dict[str, Any]) -> str:
+    """Markdown: every adopted rule with its in-sample and held-out fixes:breaks."""
+    pool = hero.get("held_out_pool") or "selection"
+    lines = ["## HERO-O's adopted rules", ""]
+    rules = adopted_rules(hero)
+    if not rules:
+        return "\n".join(lines + ["None: no candidate passed the paired acceptance test, so HERO-O returned the "
+                                  "seed prompt (the rounds below say why each was refused)."]) + "\n"
+    lines += [f"In-sample: the acceptance test's pairs (update pool). Held-out: re-scored on the {pool} pool, "
+              "which decided nothing, against the prompt it replaced; cumulative: the prompt so far against the seed.",
+              "", "| round | adopted change | in-sample fix:break | held-out fix:break | cumulative vs seed |",
+              "|---:|---|---:|---:|---:|"]
+    for r in rules:
+        lines.append(f"| {r.round} | {r.change.replace('|', '/')} | {fb(r.in_sample)} | {fb(r.held_out)} | "
+                     f"{fb(r.cumulative)}{' (final)' if r.final else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def rounds_table(hero: dict[str, Any]) -> str:
+    """HERO-O's rounds from a HeroResult dict: what each diagnosed, tested, adopted and spent."""
+    lines = ["## HERO-O rounds", "", "| round | predictor | failing / cases | candidates tested | adopted | "
+             "fixes:breaks | metric calls |", "|---:|---|---:|---:|---|---:|---:|"]
+    for r in hero.get("rounds", []):
+        cases = r.get("diagnosis_cases", [])
+        tested = [c["decision"] for c in r.get("candidates", []) if c.get("decision")]
+        fixes, breaks = sum(d.get("fixes", 0) for d in tested), sum(d.get("breaks", 0) for d in tested)
+        lines.append(f"| {r.get('round')} | {r.get('predictor')} | {sum(not c.get('passed') for c in cases)} / "
+                     f"{len(cases)} | {len(tested)} | {r.get('adopted_candidate_id') or '—'} | {fixes}:{breaks} | "
+                     f"{r.get('metric_calls', 0)} |")
+    final = hero.get("final_instructions") or {}
+    lines += ["", f"Final prompt: `{hero.get('final_entry_id', 'seed')}`, {hero.get('total_metric_calls', 0)}/"
+                  f"{hero.get('budget', 0)} metric calls."]
+    for name, text in final.items():
+        lines += ["", f"Instructions of `{name}`:", "", "```text", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: Path, title: str, rows: list[MethodRow], results: dict[str, Any]) -> dict[str, Path]:
+    """Write results.json and report.md, with accuracy.png when there are evaluations and
+    fix_to_break.png (and the adopted-rules and rounds tables) when there is a HERO-O result
+    (`results["hero_o"]`, a HeroResult dict); return the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    hero = results.get("hero_o") or {}
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md"}
+    write_json(paths["json"], {"title": title, "rows": [r.__dict__ for r in rows], **results})
+    body = f"# {title}\n\n" + (markdown_table(rows) if rows else "No evaluations in this run directory.\n")
+    if results.get("notes"):
+        body += "\n" + "\n".join(f"- {n}" for n in results["notes"]) + "\n"
+    if hero.get("rounds") is not None:
+        body += "\n" + adopted_rules_table(hero) + "\n" + rounds_table(hero)
+    paths["markdown"].write_text(body)
+    if rows:
+        paths["accuracy"] = out_dir / "accuracy.png"
+        plot_accuracy([Bar(r.method, r.pass_at_1, r.ci_low, r.ci_high) for r in rows], paths["accuracy"])
+    if hero:
+        paths["fix_to_break"] = out_dir / "fix_to_break.png"
+        plot_fix_break({"HERO-O": hero_fix_break(hero)}, paths["fix_to_break"])
     return paths
 
+
+def write_run_report(out: Path, title: str, results: Sequence[MethodResult], hero: dict[str, Any],
+                     notes: list[str]) -> dict[str, Any]:
+    """results.json, report.md and the plots of a CLI run directory, from its evaluations and HERO-O result."""
+    rows = method_rows(results, hero)
+    notes = list(notes)
+    for r in results:
+        errors = [o["error"] for o in r.outcomes if o.get("error")]
+        if errors:
+            notes.append(f"{r.method}: {len(errors)} example(s) raised and scored 0; first: {errors[0][:200]}")
+    if hero:
+        notes.append(
+            f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "
+            f"final prompt ~{hero.get('final_prompt_tokens')} tokens"
+        )
+    data = {"reports": {r.method: r.to_dict() for r in results}, "hero_o": hero, "notes": notes}
+    paths = write_report(out, title, rows, data)
+    return {"rows": rows, "paths": paths, "notes": notes}
+
+
+def rerender_report(out: Path, saved: dict[str, Any]) -> tuple[list[MethodRow], dict[str, Path]]:
+    """Write a run directory's report again from the results.json it holds (its stage files are gone)."""
+    data = dict(saved)
+    rows = [MethodRow(**r) for r in data.pop("rows")]
+    title = data.pop("title", "HERO")
+    return rows, write_report(out, title, rows, data)
+
+
+# ------------------------------------------------------------------------- several runs (seeds)
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and spread of pass@1 per method over several runs (e.g. seeds), plus pooled paired deltas.
