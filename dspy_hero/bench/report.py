@@ -1,20 +1,20 @@
-"""Every report of a run, from per-method results: the comparison's JSON, Markdown and plots
-(`benchmarks/compare.py`) and the `hero` CLI's run directory (results.json, report.md, the same plots).
+"""Turn per-method results into the comparison's JSON, Markdown table and PNG plots, and hold the
+pieces every report shares: paired fixes:breaks, usage totals and HERO-O's adopted-rules and rounds
+tables (the `hero` CLI's run-directory report, `run_report`, is built from them; the plots are `plots`).
 
-One module for both doors: the paired fixes:breaks, HERO-O's fix:break per round (read once, by
-`methods.hero_fix_break`), the adopted-rules and rounds tables and the two plots exist once. Every
-figure is recomputed from the per-example outcomes, so the tables, the intervals and the plots
+Every figure is recomputed from the per-example outcomes, so the table, the intervals and the plots
 always agree with the JSON a reader can re-analyse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dspy_hero.bench.methods import MethodResult, hero_fix_break
+from dspy_hero.bench.methods import MethodResult
+from dspy_hero.bench.plots import Bar, plot_accuracy, plot_fix_break
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
 from dspy_hero.files import write_json_atomic as write_json
 
@@ -167,144 +167,7 @@ def write_comparison(out: Path, meta: dict[str, Any], results: dict[str, MethodR
     return data
 
 
-# ------------------------------------------------------------------------------------------ plots
-
-@dataclass(frozen=True)
-class Bar:
-    """One method's bar: pass@1 and, when known, its 95% interval."""
-
-    label: str
-    pass_at_1: float
-    low: float | None = None
-    high: float | None = None
-
-    @classmethod
-    def of(cls, result: MethodResult) -> Bar:
-        ci = result.ci or {}
-        return cls(result.label, result.pass_at_1, ci.get("low"), ci.get("high"))
-
-
-_COLOURS = ("#9aa5b1", "#3b7dd8", "#1f9e6e", "#d8893b", "#8e5bd8", "#c44e52", "#55a868")
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on servers and CI
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_accuracy(bars: Sequence[Bar], path: Path) -> None:
-    """pass@1 per method, with 95% bootstrap error bars where the interval is known."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(bars)), 3.6))
-    xs = list(range(len(bars)))
-    values = [100 * b.pass_at_1 for b in bars]
-    errors = [[max(0.0, 100 * (b.pass_at_1 - b.low)) if b.low is not None else 0.0 for b in bars],
-              [max(0.0, 100 * (b.high - b.pass_at_1)) if b.high is not None else 0.0 for b in bars]]
-    drawn = ax.bar(xs, values, yerr=errors if any(map(any, errors)) else None, capsize=4,
-                   color=[_COLOURS[i % len(_COLOURS)] for i in xs])
-    for bar, value, above in zip(drawn, values, errors[1]):
-        ax.text(bar.get_x() + bar.get_width() / 2, value + above + 1, f"{value:.1f}", ha="center", fontsize=8)
-    ax.set_xticks(xs, [b.label.replace(" (3 interactions)", "") for b in bars], rotation=25, ha="right", fontsize=8)
-    ax.set_ylabel("pass@1 (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title("pass@1 per method, held-out (95% bootstrap CI)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_fix_break(series: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, xlabel: str = "round") -> None:
-    """Cumulative fixes (solid) and breaks (dashed) per round of each series: `hero_fix_break` rows
-    (HERO-O's adopted decisions; their last point is the table's fix:break) or GEPA's candidates."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    rounds = sorted({int(r["round"]) for rows in series.values() for r in rows})
-    if rounds:
-        ax.set_xticks(rounds)
-    for i, (label, rows) in enumerate(series.items()):
-        colour, xs = _COLOURS[(i + 1) % len(_COLOURS)], [int(r["round"]) for r in rows]
-        ax.plot(xs, [r["fixes"] for r in rows], marker="o", color=colour, label=f"{label}: cumulative fixes")
-        ax.plot(xs, [r["breaks"] for r in rows], marker="x", ls="--", color=colour, label=f"{label}: cumulative breaks")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("count")
-    ax.set_title("cumulative fixes vs breaks per round")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ------------------------------------------------------------ the `hero` CLI's run directory report
-
-@dataclass
-class MethodRow:
-    """One line of a run directory's summary table (and of the CLI's console table)."""
-
-    method: str
-    pass_at_1: float
-    n: int
-    rollouts: int | None = None
-    lm_calls: int = 0
-    tokens: int = 0
-    wall_s: float = 0.0
-    fix_break: str | None = None  # "fixes:breaks" of adopted HERO-O prompts, e.g. "6:1"
-    extras: dict[str, Any] = field(default_factory=dict)
-    vs_seed: str | None = None  # "fixes:breaks" against the seed prompt on the same evaluated examples
-    ci_low: float | None = None  # pass@1's 95% bootstrap interval
-    ci_high: float | None = None
-
-
-ROW_COLUMNS = ("method", "pass@1", "n", "fixes:breaks vs seed", "rollouts", "in-sample fix:break", "LM calls",
-               "tokens", "wall (s)")
-
-
-def row_cells(row: MethodRow) -> list[str]:
-    """A row's cells under ROW_COLUMNS, as report.md and the terminal show them."""
-    return [row.method, f"{100 * row.pass_at_1:.1f}%", str(row.n), row.vs_seed or "—",
-            "—" if row.rollouts is None else str(row.rollouts), row.fix_break or "—", str(row.lm_calls),
-            str(row.tokens), f"{row.wall_s:.1f}"]
-
-
-def vs_seed(seed: MethodResult, other: MethodResult) -> str | None:
-    """"fixes:breaks" of `other` against the seed on the examples both evaluated (paired by example id,
-    as the comparison pairs them), or None when they share no example."""
-    mine, base = paired_passes(seed, other)
-    if not mine:
-        return None
-    fixes, breaks = fixes_and_breaks(base, mine)
-    return f"{fixes}:{breaks}"
-
-
-def method_rows(results: Sequence[MethodResult], hero: dict[str, Any]) -> list[MethodRow]:
-    """One table row per evaluation; rows of HERO-O programs carry its rollouts and fix:break."""
-    fix_break = f"{hero.get('adopted_fixes', 0)}:{hero.get('adopted_breaks', 0)}" if hero else None
-    seed = next((r for r in results if r.method == "seed"), None)
-    rows = []
-    for r in results:
-        is_hero = r.method.startswith("hero_o")
-        rows.append(MethodRow(
-            method=r.label, pass_at_1=r.pass_at_1, n=len(r.outcomes),
-            rollouts=hero.get("total_metric_calls") if is_hero else None,
-            lm_calls=usage_total(r.lm_evaluation, "calls"),
-            tokens=usage_total(r.lm_evaluation, "input_tokens", "output_tokens"), wall_s=r.wall_s_evaluation,
-            fix_break=fix_break if is_hero else None,
-            vs_seed=vs_seed(seed, r) if seed is not None and r is not seed else None,
-            ci_low=(r.ci or {}).get("low"), ci_high=(r.ci or {}).get("high")))
-    return rows
-
-
-def markdown_table(rows: list[MethodRow], title: str = "") -> str:
-    lines = [f"## {title}", ""] if title else []
-    lines.append("| " + " | ".join(ROW_COLUMNS) + " |")
-    lines.append("|---|" + "---:|" * (len(ROW_COLUMNS) - 1))
-    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
+# ---------------------------------------------------------------------- HERO-O's tables
 
 @dataclass(frozen=True)
 class AdoptedRule:
@@ -376,56 +239,6 @@ def rounds_table(hero: dict[str, Any]) -> str:
     for name, text in final.items():
         lines += ["", f"Instructions of `{name}`:", "", "```text", text, "```"]
     return "\n".join(lines) + "\n"
-
-
-def write_report(out_dir: Path, title: str, rows: list[MethodRow], results: dict[str, Any]) -> dict[str, Path]:
-    """Write results.json and report.md, with accuracy.png when there are evaluations and
-    fix_to_break.png (and the adopted-rules and rounds tables) when there is a HERO-O result
-    (`results["hero_o"]`, a HeroResult dict); return the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    hero = results.get("hero_o") or {}
-    paths = {"json": out_dir / "results.json", "markdown": out_dir / "report.md"}
-    write_json(paths["json"], {"title": title, "rows": [r.__dict__ for r in rows], **results})
-    body = f"# {title}\n\n" + (markdown_table(rows) if rows else "No evaluations in this run directory.\n")
-    if results.get("notes"):
-        body += "\n" + "\n".join(f"- {n}" for n in results["notes"]) + "\n"
-    if hero.get("rounds") is not None:
-        body += "\n" + adopted_rules_table(hero) + "\n" + rounds_table(hero)
-    paths["markdown"].write_text(body)
-    if rows:
-        paths["accuracy"] = out_dir / "accuracy.png"
-        plot_accuracy([Bar(r.method, r.pass_at_1, r.ci_low, r.ci_high) for r in rows], paths["accuracy"])
-    if hero:
-        paths["fix_to_break"] = out_dir / "fix_to_break.png"
-        plot_fix_break({"HERO-O": hero_fix_break(hero)}, paths["fix_to_break"])
-    return paths
-
-
-def write_run_report(out: Path, title: str, results: Sequence[MethodResult], hero: dict[str, Any],
-                     notes: list[str]) -> dict[str, Any]:
-    """results.json, report.md and the plots of a CLI run directory, from its evaluations and HERO-O result."""
-    rows = method_rows(results, hero)
-    notes = list(notes)
-    for r in results:
-        errors = [o["error"] for o in r.outcomes if o.get("error")]
-        if errors:
-            notes.append(f"{r.method}: {len(errors)} example(s) raised and scored 0; first: {errors[0][:200]}")
-    if hero:
-        notes.append(
-            f"HERO-O: {hero.get('total_metric_calls')} rollouts, optimization wall {hero.get('wall_s', 0):.0f}s, "
-            f"final prompt ~{hero.get('final_prompt_tokens')} tokens"
-        )
-    data = {"reports": {r.method: r.to_dict() for r in results}, "hero_o": hero, "notes": notes}
-    paths = write_report(out, title, rows, data)
-    return {"rows": rows, "paths": paths, "notes": notes}
-
-
-def rerender_report(out: Path, saved: dict[str, Any]) -> tuple[list[MethodRow], dict[str, Path]]:
-    """Write a run directory's report again from the results.json it holds (its stage files are gone)."""
-    data = dict(saved)
-    rows = [MethodRow(**r) for r in data.pop("rows")]
-    title = data.pop("title", "HERO")
-    return rows, write_report(out, title, rows, data)
 
 
 # ------------------------------------------------------------------------- several runs (seeds)

@@ -184,7 +184,7 @@ def progress_bars():
 
 def print_rows(rows, title: str) -> None:
     """The report's summary table in the terminal: report.md's columns and cells."""
-    from dspy_hero.bench.report import ROW_COLUMNS, row_cells
+    from dspy_hero.bench.run_report import ROW_COLUMNS, row_cells
 
     table = Table(title=title)
     for col in ROW_COLUMNS:
@@ -405,7 +405,7 @@ def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run director
 
 
 def _report(out: Path):
-    from dspy_hero.bench.report import write_run_report
+    from dspy_hero.bench.run_report import write_run_report
     from dspy_hero.cli.pipeline import read_run_dir
 
     reports, hero = read_run_dir(out) if out.is_dir() else ([], {})
@@ -434,7 +434,7 @@ def _report(out: Path):
 
 
 def _rerender(out: Path, data: dict[str, Any]) -> None:
-    from dspy_hero.bench.report import rerender_report
+    from dspy_hero.bench.run_report import rerender_report
 
     rows, paths = rerender_report(out, data)
     print_rows(rows, data.get("title", "HERO"))

@@ -28,7 +28,7 @@ from dspy_hero.bench.methods import (
     hero_t_refiner,
     optimize_hero_o,
 )
-from dspy_hero.bench.report import write_run_report
+from dspy_hero.bench.run_report import write_run_report
 from dspy_hero.files import write_json_atomic
 from dspy_hero.tasks.base import Task
 
