@@ -90,11 +90,14 @@ def test_cli_evaluate_of_a_saved_program_and_the_harness_evaluation_give_identic
     assert (from_cli["pass_at_1"], from_cli["ci"]) == (harness.pass_at_1, harness.ci)
 
 
-def test_cli_refine_and_the_harness_hero_t_method_give_identical_rows(task, tmp_path):
-    """HERO-T through both doors: the same verified demo bank, environments, budget and refiner LM."""
-    cli("refine", "--task", task.name, "--lm", "simulated", "--limit", "4", "--out", str(tmp_path / "cli"))
+@pytest.mark.parametrize("name, limit", [("builtin-sql", 4), ("builtin-python", 2)])
+def test_cli_refine_and_the_harness_hero_t_method_give_identical_rows(name, limit, tmp_path):
+    """HERO-T through both doors: the same demo bank (verified by the task metric: for Python, its
+    hidden tests in the sandbox), environments, budget and refiner LM."""
+    task = load_task(name)
+    cli("refine", "--task", task.name, "--lm", "simulated", "--limit", str(limit), "--out", str(tmp_path / "cli"))
     from_cli = json.loads((tmp_path / "cli" / "eval_seed_refined.json").read_text())
-    ctx = harness_context(task, tmp_path / "harness", 4, budget=0)
+    ctx = harness_context(task, tmp_path / "harness", limit, budget=0)
     ctx.instructions["hero_o"] = instructions_of(task.make_program())  # HERO-T around the seed prompt
     harness = run_method(ctx, "hero_o_t")
     assert harness.status == "done", harness.error

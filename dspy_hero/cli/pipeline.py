@@ -26,6 +26,7 @@ from dspy_hero.bench.methods import (
     evaluate,
     example_key,
     hero_t_refiner,
+    instructions_of,
     optimize_hero_o,
 )
 from dspy_hero.bench.run_report import write_run_report
@@ -118,7 +119,7 @@ class StagedRun:
         program's instructions and HERO-T's settings (a re-run with another --task, --limit, --program
         or --refine-all starts afresh)."""
         ids = [example_key(ex, i) for i, ex in enumerate(self.test)]
-        prompts = {n: p.signature.instructions for n, p in program.named_predictors()}
+        prompts = instructions_of(program)
         settings = {k: getattr(program, k) for k in ("budget", "only_failing", "max_demos") if hasattr(program, k)}
         text = json.dumps([self.task.name, type(program).__name__, ids, prompts, settings], sort_keys=True,
                           default=str)
