@@ -35,7 +35,8 @@ import dspy
 
 from dspy_hero.bench.accounting import track_usage
 from dspy_hero.bench.methods import METHODS, NEEDS, MethodResult, RunContext, run_method
-from dspy_hero.bench.report import aggregate, aggregate_markdown, markdown, plots, summary, write_json
+from dspy_hero.bench.report import aggregate, aggregate_markdown, write_comparison
+from dspy_hero.files import write_json_atomic as write_json
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 
 log = logging.getLogger("hero.compare")
@@ -216,13 +217,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
                 saved = MethodResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
                 if saved.status == "done":
                     results[method] = saved
-        order = [m for m in METHODS if m in results]
-
-        data = {"meta": meta, "methods": {m: results[m].to_dict() for m in order}, "summary": summary(results, config.seed)}
-        write_json(out / "results.json", data)
-        (out / "results.md").write_text(markdown(meta, results, order), encoding="utf-8")
-        plots(out, results, order)
-        return data
+        return write_comparison(out, meta, results, [m for m in METHODS if m in results])
     finally:
         task.close()
 

@@ -54,6 +54,12 @@ def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its
     fixes = sum(t["score"] > s["score"] for s, t in zip(seed, tuned))
     breaks = sum(t["score"] < s["score"] for s, t in zip(seed, tuned))
     assert rows["HERO-O"]["vs_seed"] == f"{fixes}:{breaks}" and fixes > breaks and rows["seed prompt"]["vs_seed"] is None
+    # the table's in-sample fix:break is the last point of the fix:break curve both harness doors plot
+    from dspy_hero.bench.methods import hero_fix_break
+
+    last = hero_fix_break(hero)[-1]
+    assert rows["HERO-O"]["fix_break"] == f"{last['fixes']}:{last['breaks']}" == \
+        f"{hero['adopted_fixes']}:{hero['adopted_breaks']}"
     # every adopted rule is printed with its in-sample and held-out counts, in the terminal and in report.md
     text, md = said(type("R", (), {"output": output})), (out / "report.md").read_text()
     assert "HERO-O's adopted rules" in text and "## HERO-O's adopted rules" in md
@@ -210,7 +216,7 @@ def test_hero_t_uses_the_tasks_environments(tmp_path):
     # the demos are verified by the task metric (on its own engine), not by bare execution here
     assert asked == [] and refiner.demo_bank.stats == {"considered": len(task.train), "kept": len(task.train)}
     report = run.evaluate("seed_refined", refiner)
-    assert not [o.error for o in report.outcomes if o.error]
+    assert not [o["error"] for o in report.outcomes if o["error"]]
     assert asked == [ex.db_id for ex in run.test]
 
 
@@ -345,3 +351,30 @@ def test_report_of_a_demo_directory_rebuilds_from_its_stage_files(demo_dir):
     assert result.exit_code == 0, result.output
     after = json.loads((out / "results.json").read_text())
     assert after["rows"] == before["rows"] and "## HERO-O rounds" in (out / "report.md").read_text()
+
+
+def test_a_stage_file_of_the_older_format_is_reported_and_then_evaluated_again(tmp_path):
+    """Run directories written before the CLI ran through the harness hold bare EvalReports (outcomes by
+    index, one LM's usage): `hero report` still renders them, and a re-run evaluates them afresh (they
+    carry no fingerprint of the harness's format) instead of reusing them."""
+    out = tmp_path / "run"
+    out.mkdir()
+    old = {"name": "seed", "wall_s": 1.5, "lm_calls": 2, "input_tokens": 30, "output_tokens": 4, "pass_at_1": 0.5,
+           "extras": {"fingerprint": "0123456789abcdef"},
+           "outcomes": [{"index": 0, "score": 1.0, "feedback": "", "program": "SELECT 1", "error": None,
+                         "refinement": None},
+                        {"index": 1, "score": 0.0, "feedback": "wrong", "program": "SELECT 2", "error": None,
+                         "refinement": None}]}
+    (out / "eval_seed.json").write_text(json.dumps(old))
+    (out / "task.json").write_text(json.dumps({"task": "builtin-sql", "stages": {}}))
+    shown = runner.invoke(app, ["report", "--out", str(out)])
+    assert shown.exit_code == 0, shown.output
+    row = json.loads((out / "results.json").read_text())["rows"][0]
+    assert (row["method"], row["pass_at_1"], row["n"], row["lm_calls"], row["tokens"]) == ("seed prompt", 0.5, 2, 2, 34)
+    again = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "2", "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    from dspy_hero.tasks.registry import load_task
+
+    fresh = json.loads((out / "eval_seed.json").read_text())
+    assert fresh["method"] == "seed" and [o["example_id"] for o in fresh["outcomes"]] == \
+        [ex.example_id for ex in load_task("builtin-sql").test[:2]]

@@ -4,11 +4,14 @@ Every method sees the same task LM, reflection LM, optimization data (train/val)
 seed, and its metric is wrapped in a counter so the rollouts it actually spent are reported next to
 the budget it was given. Optimizers and HERO-T are imported when their runner runs, so a missing
 optional piece fails only its own method (recorded as such) and never the whole comparison.
+
+This is the one harness: `benchmarks/compare.py` runs these runners, and the `hero` CLI's staged run
+(`dspy_hero.cli.pipeline.StagedRun`) calls the same `evaluate`, `optimize_hero_o` and `hero_t_refiner`,
+so an evaluation, a HERO-O run or a HERO-T refiner is built the same way whichever door it came in by.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -18,9 +21,10 @@ from typing import Any
 
 import dspy
 
-from dspy_hero.bench.accounting import CountingMetric, PhaseUsage
+from dspy_hero.bench.accounting import CountingMetric, PhaseUsage, track_usage
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks
 from dspy_hero.files import write_json_atomic
+from dspy_hero.optimizer.rollout import build_variant
 from dspy_hero.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -37,18 +41,20 @@ LABELS = {
 }
 NEEDS = {"hero_o_t": "hero_o", "hero_o_react": "hero_o"}
 
+Progress = Callable[[str, int], Callable[[int], None]]  # (label, total) -> advance(n): a progress bar
+
 
 @dataclass
 class RunContext:
-    """What all methods share in one comparison."""
+    """What all methods share in one comparison (or in one `hero` CLI run)."""
 
     task: Task
     train: list[dspy.Example]
-    val: list[dspy.Example]
+    val: list[dspy.Example]  # HERO-O's selection pool; empty: HERO-O splits `train` itself
     test: list[dspy.Example]
     task_lm: dspy.LM
     reflection_lm: dspy.LM
-    budget: int
+    budget: int | None  # rollouts; None: HERO-O's own `auto` level below (the CLI without --max-metric-calls)
     threads: int = 4
     seed: int = 0
     out_dir: Path = Path("compare_out")
@@ -56,6 +62,11 @@ class RunContext:
     refine_only_failing: bool = False  # HERO-T skips programs that execute cleanly (paper: refine all)
     programs: dict[str, dspy.Module] = field(default_factory=dict)
     instructions: dict[str, dict[str, str]] = field(default_factory=dict)
+    auto: str | None = None  # HERO-O's budget level when `budget` is None (default light)
+    optimizer_args: dict[str, Any] = field(default_factory=dict)  # further HeroOptimizer settings (rounds, ...)
+    hero_o_log_dir: Path | None = None  # HERO-O's resumable journal; default out_dir/logs/hero_o
+    refine_budget: int = 3  # HERO-T actions per query
+    progress: Progress | None = None  # one bar per evaluation (the CLI's); None: none
 
 
 @dataclass
@@ -97,21 +108,20 @@ def instructions_of(program: dspy.Module) -> dict[str, str]:
     return {name: pred.signature.instructions for name, pred in program.named_predictors()}
 
 
-def with_instructions(program: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A copy of `program` whose named predictors carry the given instructions (for resuming)."""
-    program = program.deepcopy()
-    for name, pred in program.named_predictors():
-        if name in instructions:
-            pred.signature = pred.signature.with_instructions(instructions[name])
-    return program
+def phase_usage(ctx: RunContext) -> PhaseUsage:
+    """A started meter of the task and reflection LMs' usage; their running totals are switched on
+    first (idempotent), so the deltas stay exact however long the LMs' capped histories grow."""
+    return PhaseUsage(task=track_usage(ctx.task_lm), reflection=track_usage(ctx.reflection_lm)).start()
 
 
-def accepted_kwargs(factory: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
-    """The subset of `kwargs` that `factory` accepts (optimizers differ in their knobs)."""
-    params = inspect.signature(factory).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
+def example_key(example: dspy.Example, index: int) -> str:
+    """The id outcomes are paired by: the example's `example_id`, else its question or prompt text, else
+    its position (every registered task sets `example_id`; user-built examples may not)."""
+    for name in ("example_id", "question", "prompt"):
+        value = example.get(name) if hasattr(example, "get") else None
+        if value:
+            return str(value)
+    return str(index)
 
 
 def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> MethodResult:
@@ -119,15 +129,18 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     from dspy_hero.tasks.evaluate import evaluate_program
 
     metric = CountingMetric(ctx.task.metric)
-    meter = PhaseUsage(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    meter = phase_usage(ctx)
+    advance = ctx.progress(f"evaluate {result.method}", len(ctx.test)) if ctx.progress is not None else None
     start = time.perf_counter()
-    report = evaluate_program(program, ctx.test, metric, name=result.method, lm=ctx.task_lm, num_threads=ctx.threads)
+    report = evaluate_program(program, ctx.test, metric, name=result.method, lm=ctx.task_lm, num_threads=ctx.threads,
+                              progress=advance)
     result.wall_s_evaluation = time.perf_counter() - start
     result.lm_evaluation = meter.stop()
     result.rollouts_evaluation = metric.calls
     result.outcomes = [
-        {"example_id": ctx.test[o.index].example_id, "score": o.score, "program": o.program, "error": o.error,
-         "feedback": (o.feedback or "")[:300], **({"refinement": o.refinement} if o.refinement else {})}
+        {"example_id": example_key(ctx.test[o.index], o.index), "index": o.index, "score": o.score,
+         "program": o.program, "error": o.error, "feedback": (o.feedback or "")[:300],
+         **({"refinement": o.refinement} if o.refinement else {})}
         for o in report.outcomes
     ]
     scores = result.scores()
@@ -196,7 +209,7 @@ def run_seed(ctx: RunContext, result: MethodResult) -> MethodResult:
 
 def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[CountingMetric], dspy.Module]) -> dspy.Module:
     metric = CountingMetric(ctx.task.metric)
-    meter = PhaseUsage(task=ctx.task_lm, reflection=ctx.reflection_lm).start()
+    meter = phase_usage(ctx)
     start = time.perf_counter()
     with dspy.context(lm=ctx.task_lm):
         optimized = compile_fn(metric)
@@ -209,37 +222,49 @@ def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[Count
 
 
 def hero_o_optimizer(ctx: RunContext, metric: Any, log_dir: Path) -> Any:
-    """The HeroOptimizer of this comparison; one place, so a replay of its journal
-    (benchmarks/hero_o_replay.py) rebuilds exactly the run the harness made."""
+    """The HeroOptimizer of this run; one place, so the CLI and the comparison build the same optimizer
+    and a replay of its journal (benchmarks/hero_o_replay.py) rebuilds exactly the run the harness made."""
     from dspy_hero.optimizer.hero import HeroOptimizer
 
-    return HeroOptimizer(**accepted_kwargs(
-        HeroOptimizer, metric=metric, max_metric_calls=ctx.budget, reflection_lm=ctx.reflection_lm,
-        num_threads=ctx.threads, seed=ctx.seed, log_dir=str(log_dir), group_key=ctx.task.group_key))
+    budget: dict[str, Any] = {"max_metric_calls": ctx.budget} if ctx.budget is not None else \
+        {"auto": ctx.auto or "light"}
+    return HeroOptimizer(metric=metric, reflection_lm=ctx.reflection_lm, num_threads=ctx.threads, seed=ctx.seed,
+                         log_dir=str(log_dir), group_key=ctx.task.group_key, **budget, **ctx.optimizer_args)
 
 
-def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
-    log_dir = ctx.out_dir / "logs" / "hero_o"
+HERO_EXTRAS = ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio", "overall_fixes", "overall_breaks",
+               "overall_fix_break_ratio", "tokens_per_optimization_call", "final_prompt_tokens", "total_metric_calls",
+               "final_entry_id", "pools", "lineage", "held_out_pool", "held_out_fixes", "held_out_breaks",
+               "held_out_n")
+
+
+def hero_o_log_dir(ctx: RunContext) -> Path:
+    return ctx.hero_o_log_dir or ctx.out_dir / "logs" / "hero_o"
+
+
+def optimize_hero_o(ctx: RunContext, result: MethodResult) -> tuple[dspy.Module, dict[str, Any]]:
+    """Run HERO-O on the optimization data (resuming its journal in the log directory); fill `result`'s
+    optimization figures and return the optimized program with its whole HeroResult as a dict (every
+    round's evidence, candidates, guard and acceptance decisions: why HERO-O did what it did)."""
+    log_dir = hero_o_log_dir(ctx)
     log_dir.mkdir(parents=True, exist_ok=True)
     result.extras["resumed_from_checkpoint"] = any(log_dir.iterdir())
 
     def compile_fn(metric):
         opt = hero_o_optimizer(ctx, metric, log_dir)
-        return opt.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val)
+        return opt.compile(ctx.task.make_program(), trainset=ctx.train, valset=ctx.val or None)
 
     optimized = _optimize(ctx, result, compile_fn)
-    detailed = getattr(optimized, "detailed_results", None)
-    result.fix_break = hero_fix_break(detailed) if detailed is not None else []
-    if detailed is not None and hasattr(detailed, "to_dict"):
-        d = detailed.to_dict()
-        result.extras |= {k: d.get(k) for k in ("adopted_fixes", "adopted_breaks", "adopted_fix_break_ratio",
-                                                 "overall_fixes", "overall_breaks", "overall_fix_break_ratio",
-                                                 "tokens_per_optimization_call", "final_prompt_tokens",
-                                                 "total_metric_calls", "final_entry_id", "pools", "lineage",
-                                                 "held_out_pool", "held_out_fixes", "held_out_breaks", "held_out_n")}
-        result.extras["rounds_adopted"] = [r.get("adopted_candidate_id") for r in d.get("rounds", [])]
-        # every round's evidence, candidates, guard and acceptance decisions: why HERO-O did what it did
-        write_json_atomic(log_dir / "detailed_results.json", d)
+    detailed = optimized.detailed_results.to_dict()
+    result.fix_break = hero_fix_break(detailed)
+    result.extras |= {k: detailed.get(k) for k in HERO_EXTRAS}
+    result.extras["rounds_adopted"] = [r.get("adopted_candidate_id") for r in detailed.get("rounds", [])]
+    return optimized, detailed
+
+
+def run_hero_o(ctx: RunContext, result: MethodResult) -> MethodResult:
+    optimized, detailed = optimize_hero_o(ctx, result)
+    write_json_atomic(hero_o_log_dir(ctx) / "detailed_results.json", detailed)
     ctx.programs["hero_o"] = optimized
     return evaluate(ctx, optimized, result)
 
@@ -313,20 +338,25 @@ def _hero_o_program(ctx: RunContext) -> dspy.Module:
         return ctx.programs["hero_o"]
     if "hero_o" not in ctx.instructions:
         raise RuntimeError("HERO-O has not run (its optimized instructions are needed)")
-    return with_instructions(ctx.task.make_program(), ctx.instructions["hero_o"])
+    return build_variant(ctx.task.make_program(), ctx.instructions["hero_o"])
+
+
+def hero_t_refiner(ctx: RunContext, generator: dspy.Module) -> dspy.Module:
+    """HeroRefine around `generator`, as every HERO-T method runs it: the task's environments (they share
+    the metric's engine, e.g. a Cypher server, and are reused per database or graph, where HeroRefine's
+    own defaults would start engines of their own) and a demo bank of the optimization data only,
+    verified by the task metric (the same builder as the notebooks)."""
+    from dspy_hero.refine.demos import verified_demo_bank
+    from dspy_hero.refine.module import HeroRefine
+
+    demos = verified_demo_bank(list(ctx.train) + list(ctx.val), ctx.task.metric)
+    return HeroRefine(generator=generator, environment=ctx.task.environment_for, demos=demos,
+                      budget=ctx.refine_budget, refiner_lm=ctx.task_lm, only_failing=ctx.refine_only_failing)
 
 
 def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
-    from dspy_hero.refine.module import HeroRefine
-
     generator = _hero_o_program(ctx)
-    from dspy_hero.refine.demos import verified_demo_bank
-
-    # Training data only, verified by the task metric (the same builder as the CLI and the notebooks).
-    demos = verified_demo_bank(list(ctx.train) + list(ctx.val), ctx.task.metric)
-    refiner = HeroRefine(**accepted_kwargs(HeroRefine, generator=generator, environment=ctx.task.environment_for,
-                                           demos=demos, budget=3, refiner_lm=ctx.task_lm,
-                                           only_failing=ctx.refine_only_failing))
+    refiner = hero_t_refiner(ctx, generator)
     result.instructions = instructions_of(generator)
     result.extras["only_failing"] = ctx.refine_only_failing
     evaluate(ctx, refiner, result)

@@ -1,4 +1,6 @@
-"""Turn per-method results into the comparison's JSON, Markdown table and PNG plots.
+"""Turn per-method results into the comparison's JSON, Markdown table and PNG plots, and hold the
+pieces every report shares: paired fixes:breaks, usage totals and HERO-O's adopted-rules and rounds
+tables (the `hero` CLI's run-directory report, `run_report`, is built from them; the plots are `plots`).
 
 Every figure is recomputed from the per-example outcomes, so the table, the intervals and the plots
 always agree with the JSON a reader can re-analyse.
@@ -6,13 +8,23 @@ always agree with the JSON a reader can re-analyse.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dspy_hero.bench.methods import MethodResult
+from dspy_hero.bench.plots import Bar, plot_accuracy, plot_fix_break
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
-from dspy_hero.files import write_json_atomic as write_json  # noqa: F401 - re-exported for compare.py
+from dspy_hero.files import write_json_atomic as write_json
+
+
+def paired_passes(base: MethodResult, other: MethodResult) -> tuple[list[float], list[float]]:
+    """(other's, base's) pass/fail on the examples both evaluated, paired by example id."""
+    base_by_id = {o["example_id"]: float(o["score"] >= 1.0) for o in base.outcomes}
+    mine = {o["example_id"]: float(o["score"] >= 1.0) for o in other.outcomes}
+    ids = [i for i in mine if i in base_by_id]
+    return [mine[i] for i in ids], [base_by_id[i] for i in ids]
 
 
 def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) -> dict[str, dict[str, Any]]:
@@ -20,18 +32,20 @@ def paired_vs(results: dict[str, MethodResult], baseline: str, seed: int = 0) ->
     base = results.get(baseline)
     if base is None or base.status != "done":
         return {}
-    base_by_id = {o["example_id"]: float(o["score"] >= 1.0) for o in base.outcomes}
     out = {}
     for name, res in results.items():
         if name == baseline or res.status != "done":
             continue
-        ids = [o["example_id"] for o in res.outcomes if o["example_id"] in base_by_id]
-        mine = {o["example_id"]: float(o["score"] >= 1.0) for o in res.outcomes}
-        a, b = [mine[i] for i in ids], [base_by_id[i] for i in ids]
+        a, b = paired_passes(base, res)
         interval = paired_bootstrap(a, b, seed=seed)
         fixes, breaks = fixes_and_breaks(b, a)
         out[name] = {**interval.to_dict(), "fixes": fixes, "breaks": breaks}
     return out
+
+
+def usage_total(usage: Mapping[str, Mapping[str, int]], *keys: str) -> int:
+    """The sum of `keys` (calls, input_tokens, output_tokens) over a phase's LMs (task, reflection)."""
+    return sum(int(v.get(k, 0)) for v in usage.values() for k in keys)
 
 
 def summary(results: dict[str, MethodResult], seed: int = 0) -> dict[str, Any]:
@@ -75,20 +89,20 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         vs_seed, vs_gepa = stats["vs_seed"].get(name), stats["vs_gepa"].get(name)
         opt = r.lm_optimization
         calls = f"{opt.get('task', {}).get('calls', 0)}/{opt.get('reflection', {}).get('calls', 0)}" if opt else "–"
-        tokens = sum(v.get("input_tokens", 0) + v.get("output_tokens", 0) for v in opt.values()) if opt else 0
+        tokens = usage_total(opt, "input_tokens", "output_tokens")
         refl = opt.get("reflection", {}) if opt else {}
         per_call = (f"{(refl.get('input_tokens', 0) + refl.get('output_tokens', 0)) / refl['calls']:.0f}"
                     if refl.get("calls") else "–")
-        ev_calls = sum(v.get("calls", 0) for v in r.lm_evaluation.values())
+        ev_calls = usage_total(r.lm_evaluation, "calls")
         last = r.fix_break[-1] if r.fix_break else None
-        fb = f"{last['fixes']}:{last['breaks']}" if last else "–"
+        cum = f"{last['fixes']}:{last['breaks']}" if last else "–"
         fbs = f"{vs_seed['fixes']}/{vs_seed['breaks']}" if vs_seed else "–"
         ves = "–" if r.ves is None else f"{r.ves:.1f}"
         rollouts = f"{r.rollouts_optimization}" + (f" / {r.budget}" if r.budget else "") if r.rollouts_optimization else "0"
         ci = r.ci or {}
         lines.append(
             f"| {r.label} | {_pct(r.pass_at_1)} [{_pct(ci.get('low'))}, {_pct(ci.get('high'))}] | {_diff(vs_seed)} | "
-            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {fb} | "
+            f"{_diff(vs_gepa)} | {fbs} | {ves} | {rollouts} | {calls} | {tokens or '–'} | {per_call} | {ev_calls} | {cum} | "
             f"{r.wall_s_optimization + r.wall_s_evaluation:.1f} |"
         )
     lines += ["", ("Δ columns: paired bootstrap over evaluation examples (2,000 resamples), percentage points. "
@@ -113,10 +127,9 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             f"- HERO-O fix:break of the final prompt vs the seed: in-sample {x.get('adopted_fixes')}:{x.get('adopted_breaks')}"
             f", held-out {x.get('held_out_pool') or 'selection'} pool {x.get('held_out_fixes')}:{x.get('held_out_breaks')}"
             f" (n={x.get('held_out_n')})" + (f", evaluation set {test['fixes']}:{test['breaks']}" if test else ""))
-        for row in x.get("lineage") or []:
-            i, h = row["in_sample"], row["held_out"]
-            lines.append(f"  - update {row['entry_id']} (round {row['round']}): in-sample {i['fixes']}:{i['breaks']} "
-                         f"of {i['n']} pairs, held-out {h['fixes']}:{h['breaks']} of {h['n']}")
+        for rule in adopted_rules({"lineage": x.get("lineage") or []}):
+            lines.append(f"  - update {rule.entry_id} (round {rule.round}): in-sample {fb(rule.in_sample)} pairs, "
+                         f"held-out {fb(rule.held_out)}")
     for name in ("hero_o_t", "hero_o_react", "react"):
         r = results.get(name)
         if r is not None and r.status == "done":
@@ -134,45 +147,101 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
 
 
 def plots(out_dir: Path, results: dict[str, MethodResult], order: Sequence[str]) -> list[Path]:
-    """accuracy.png (pass@1 with 95% CI error bars) and fix_break.png (cumulative ratio per round)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """The comparison's accuracy.png (pass@1 with 95% CI error bars) and fix_break.png (cumulative fixes
+    and breaks per round of every method that records them: HERO-O's adopted decisions, GEPA's candidates)."""
     done = [results[m] for m in order if m in results and results[m].status == "done"]
-    paths = []
-    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(done)), 3.6))
-    xs = range(len(done))
-    vals = [r.pass_at_1 * 100 for r in done]
-    lo = [max(0.0, (r.pass_at_1 - r.ci.get("low", r.pass_at_1)) * 100) for r in done]
-    hi = [max(0.0, (r.ci.get("high", r.pass_at_1) - r.pass_at_1) * 100) for r in done]
-    ax.bar(xs, vals, yerr=[lo, hi], capsize=4, color="#4c72b0")
-    ax.set_xticks(list(xs), [r.label.replace(" (3 interactions)", "") for r in done], rotation=25, ha="right", fontsize=8)
-    ax.set_ylabel("pass@1 (%)")
-    ax.set_title("pass@1 per method (95% bootstrap CI)")
-    fig.tight_layout()
-    paths.append(out_dir / "accuracy.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for r in done:
-        if r.fix_break:
-            ratios = [(x["fixes"] / x["breaks"]) if x["breaks"] else float(x["fixes"]) for x in r.fix_break]
-            ax.plot([x["round"] for x in r.fix_break], ratios, marker="o", label=r.label)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("round (GEPA: candidate)")
-    ax.set_ylabel("cumulative fixes / breaks")
-    ax.set_title("cumulative fix-to-break ratio (no breaks: fixes)")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out_dir / "fix_break.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    paths = [out_dir / "accuracy.png", out_dir / "fix_break.png"]
+    plot_accuracy([Bar.of(r) for r in done], paths[0])
+    plot_fix_break({r.label: r.fix_break for r in done if r.fix_break}, paths[1], xlabel="round (GEPA: candidate)")
     return paths
 
+
+def write_comparison(out: Path, meta: dict[str, Any], results: dict[str, MethodResult],
+                     order: Sequence[str]) -> dict[str, Any]:
+    """results.json, results.md and the plots of a comparison; returns what results.json holds."""
+    data = {"meta": meta, "methods": {m: results[m].to_dict() for m in order},
+            "summary": summary(results, meta.get("seed", 0))}
+    write_json(out / "results.json", data)
+    (out / "results.md").write_text(markdown(meta, results, order), encoding="utf-8")
+    plots(out, results, order)
+    return data
+
+
+# ---------------------------------------------------------------------- HERO-O's tables
+
+@dataclass(frozen=True)
+class AdoptedRule:
+    """One update HERO-O adopted: the change, the acceptance decision's counts (in-sample: the pairs
+    that decided it), and its held-out counts from `HeroResult.lineage` (re-scored on the selection
+    pool, which decided nothing: vs. the prompt it replaced, and the chain so far vs. the seed)."""
+
+    entry_id: str
+    round: int
+    change: str
+    in_sample: tuple[int, int, int]  # fixes, breaks, pairs
+    held_out: tuple[int, int, int]
+    cumulative: tuple[int, int, int]
+    final: bool = False
+
+
+def _counts(d: dict[str, Any] | None) -> tuple[int, int, int]:
+    d = d or {}
+    return int(d.get("fixes", 0)), int(d.get("breaks", 0)), int(d.get("n", 0))
+
+
+def adopted_rules(hero: dict[str, Any]) -> list[AdoptedRule]:
+    """The adopted updates of a HeroResult dict, in the order they were adopted."""
+    changes = {c.get("candidate_id"): (c.get("edit") if c.get("kind") == "edit" else
+                                       "full text: " + " ".join(str(c.get("instructions", "")).split()))
+               for r in hero.get("rounds", []) for c in r.get("candidates", [])}
+    return [AdoptedRule(str(row.get("entry_id")), int(row.get("round", 0)), str(changes.get(row.get("entry_id"), "?")),
+                        _counts(row.get("in_sample")), _counts(row.get("held_out")),
+                        _counts(row.get("cumulative_held_out")), bool(row.get("final")))
+            for row in hero.get("lineage", [])]
+
+
+def fb(counts: tuple[int, int, int]) -> str:
+    return f"{counts[0]}:{counts[1]} of {counts[2]}"
+
+
+def adopted_rules_table(hero: dict[str, Any]) -> str:
+    """Markdown: every adopted rule with its in-sample and held-out fixes:breaks."""
+    pool = hero.get("held_out_pool") or "selection"
+    lines = ["## HERO-O's adopted rules", ""]
+    rules = adopted_rules(hero)
+    if not rules:
+        return "\n".join(lines + ["None: no candidate passed the paired acceptance test, so HERO-O returned the "
+                                  "seed prompt (the rounds below say why each was refused)."]) + "\n"
+    lines += [f"In-sample: the acceptance test's pairs (update pool). Held-out: re-scored on the {pool} pool, "
+              "which decided nothing, against the prompt it replaced; cumulative: the prompt so far against the seed.",
+              "", "| round | adopted change | in-sample fix:break | held-out fix:break | cumulative vs seed |",
+              "|---:|---|---:|---:|---:|"]
+    for r in rules:
+        lines.append(f"| {r.round} | {r.change.replace('|', '/')} | {fb(r.in_sample)} | {fb(r.held_out)} | "
+                     f"{fb(r.cumulative)}{' (final)' if r.final else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def rounds_table(hero: dict[str, Any]) -> str:
+    """HERO-O's rounds from a HeroResult dict: what each diagnosed, tested, adopted and spent."""
+    lines = ["## HERO-O rounds", "", "| round | predictor | failing / cases | candidates tested | adopted | "
+             "fixes:breaks | metric calls |", "|---:|---|---:|---:|---|---:|---:|"]
+    for r in hero.get("rounds", []):
+        cases = r.get("diagnosis_cases", [])
+        tested = [c["decision"] for c in r.get("candidates", []) if c.get("decision")]
+        fixes, breaks = sum(d.get("fixes", 0) for d in tested), sum(d.get("breaks", 0) for d in tested)
+        lines.append(f"| {r.get('round')} | {r.get('predictor')} | {sum(not c.get('passed') for c in cases)} / "
+                     f"{len(cases)} | {len(tested)} | {r.get('adopted_candidate_id') or '—'} | {fixes}:{breaks} | "
+                     f"{r.get('metric_calls', 0)} |")
+    final = hero.get("final_instructions") or {}
+    lines += ["", f"Final prompt: `{hero.get('final_entry_id', 'seed')}`, {hero.get('total_metric_calls', 0)}/"
+                  f"{hero.get('budget', 0)} metric calls."]
+    for name, text in final.items():
+        lines += ["", f"Instructions of `{name}`:", "", "```text", text, "```"]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------- several runs (seeds)
 
 def aggregate(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean and spread of pass@1 per method over several runs (e.g. seeds), plus pooled paired deltas.

@@ -137,7 +137,7 @@ def claim_run_dir(out: Path, task_name: str, stages: dict[str, dict[str, Any]] |
                     f"settings, or repeat the recorded ones to resume")
         if all(claimed["stages"].get(stage) == settings for stage, settings in stages.items()):
             return
-    from dspy_hero.cli.report import write_json_atomic
+    from dspy_hero.files import write_json_atomic
 
     claimed["stages"] = {**claimed["stages"], **stages}
     write_json_atomic(marker, claimed)
@@ -183,15 +183,14 @@ def progress_bars():
 
 
 def print_rows(rows, title: str) -> None:
+    """The report's summary table in the terminal: report.md's columns and cells."""
+    from dspy_hero.bench.run_report import ROW_COLUMNS, row_cells
+
     table = Table(title=title)
-    for col in ("method", "pass@1", "n", "fixes:breaks vs seed", "rollouts", "in-sample fix:break", "LM calls",
-                "tokens", "wall (s)"):
+    for col in ROW_COLUMNS:
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in rows:
-        ftb = r.fix_break or "—"
-        table.add_row(r.method, f"{100 * r.pass_at_1:.1f}%", str(r.n), r.vs_seed or "—",
-                      "—" if r.rollouts is None else str(r.rollouts), ftb, str(r.lm_calls), str(r.tokens),
-                      f"{r.wall_s:.1f}")
+        table.add_row(*row_cells(r))
     console.print(table)
 
 
@@ -280,7 +279,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
 
 def print_adopted_rules(hero: dict[str, Any]) -> None:
     """Every rule HERO-O adopted, with the counts that adopted it and its held-out fixes:breaks."""
-    from dspy_hero.cli.report import adopted_rules, fb
+    from dspy_hero.bench.report import adopted_rules, fb
 
     rules = adopted_rules(hero)
     if not rules:
@@ -374,9 +373,11 @@ def _evaluate(task_name, data, program_path, refine, lm_spec, threads, limit, ou
     name = ("refined" if refine else "program") if program_path else ("seed_refined" if refine else "seed")
     with progress_bars() as make:
         run.progress = make
-        report = run.evaluate(name, run.refiner(program) if refine else program)
-    console.print(f"{name}: pass@1 {100 * report.pass_at_1:.1f}% on {len(report.outcomes)} examples "
-                  f"({report.lm_calls} LM calls, {report.wall_s:.1f}s) -> {out}")
+        result = run.evaluate(name, run.refiner(program) if refine else program)
+    from dspy_hero.bench.report import usage_total
+
+    console.print(f"{name}: pass@1 {100 * result.pass_at_1:.1f}% on {len(result.outcomes)} examples "
+                  f"({usage_total(result.lm_evaluation, 'calls')} LM calls, {result.wall_s_evaluation:.1f}s) -> {out}")
 
 
 @app.command("refine")
@@ -404,7 +405,8 @@ def report(out: Path = typer.Option(Path("hero_runs/demo"), help="A run director
 
 
 def _report(out: Path):
-    from dspy_hero.cli.pipeline import read_run_dir, write_run_report
+    from dspy_hero.bench.run_report import write_run_report
+    from dspy_hero.cli.pipeline import read_run_dir
 
     reports, hero = read_run_dir(out) if out.is_dir() else ([], {})
     previous = out / "results.json"
@@ -432,14 +434,10 @@ def _report(out: Path):
 
 
 def _rerender(out: Path, data: dict[str, Any]) -> None:
-    from dspy_hero.cli.pipeline import per_round_fix_break
-    from dspy_hero.cli.report import MethodRow, write_report
+    from dspy_hero.bench.run_report import rerender_report
 
-    rows = [MethodRow(**r) for r in data.pop("rows")]
-    title = data.pop("title", "HERO")
-    hero = data.get("hero_o", {})
-    paths = write_report(out, title, rows, data, per_round_fix_break(hero) if hero else None)
-    print_rows(rows, title)
+    rows, paths = rerender_report(out, data)
+    print_rows(rows, data.get("title", "HERO"))
     console.print(f"report: {paths['markdown']}")
 
 
