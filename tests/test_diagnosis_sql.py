@@ -197,8 +197,8 @@ def test_reference_diff_only_when_a_reference_is_passed(env, db):
     ("SELECT name FROM m WHERE is_active = 1", "SELECT name FROM m WHERE T.is_active = 'Y'", Category.REF_COMPARED_VALUE,
      "the reference compares `is_active` with 'Y', the prediction with 1"),
     ("SELECT COUNT(*) FROM f WHERE category = 'Wool'", "SELECT COUNT(*) FROM f i WHERE i.category = 'Wool' AND "
-     "i.archived_at IS NULL", Category.REF_FILTER, "the reference filters on `archived_at` (`archived_at IS NULL`), "
-     "the prediction does not"),
+     "i.archived_at IS NULL", Category.REF_FILTER, "the reference adds the condition `archived_at IS NULL`; the "
+     "prediction has no condition on `archived_at`"),
     ("SELECT 1 FROM o WHERE status IN ('delivered', 'sent')", "SELECT 1 FROM o WHERE status IN ('DLV')",
      Category.REF_COMPARED_VALUE, "the reference compares `status` with 'DLV', the prediction with 'delivered', 'sent'"),
 ])

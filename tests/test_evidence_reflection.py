@@ -51,7 +51,8 @@ def ctx(cases: list[Case], k: int) -> ReflectionContext:
 def test_cases_are_chosen_by_counted_diagnosis_category_and_the_pattern_is_stated(db):
     cases = [case("F1", WRONG_TABLE, db), case("F2", NO_GROUP, db), case("F3", WRONG_TABLE_2, db),
              case("P1", "SELECT name FROM singer", db, passed=True)]
-    rl = scripted_lm(lambda req: {"rule": "Always take each column from the table whose schema lists it."})
+    rl = scripted_lm(lambda req: {"rule": "Always group by every plain selected column." if "GROUP BY" in
+                                  req.inputs["failure_pattern"] else "Always take each column from the table whose schema lists it."})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 2))
     calls = engine_of(rl).calls
@@ -91,3 +92,22 @@ def test_without_a_diagnosis_the_feedback_label_is_the_category():
     chosen = CaseRuleProposer().choose(ctx(plain, 2))
     assert [c.case_id for c, _ in chosen] == ["F1", "F2"]
     assert chosen[0][1] == "1 of 2 failing case(s): the program failed with SyntaxError."
+
+
+def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
+    """A query, or a rule copying the prompt's own example, is not a rule: the reflector is asked once
+    more, told why; a second unusable answer is kept on record with its problem, never as a candidate."""
+    cases = [case("F1", WRONG_TABLE, db), case("P1", "SELECT name FROM singer", db, passed=True)]
+    answers = iter(["SELECT name FROM singer", "Always take each column from the table whose schema lists it."])
+    rl = scripted_lm(lambda req: {"rule": next(answers)})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))
+    calls = engine_of(rl).calls
+    assert len(calls) == 2 and "Your previous answer was not usable (looks like code" in calls[1].inputs["failure_pattern"]
+    assert [(e.rule, e.problem) for e in proposal.edits] == [
+        ("Always take each column from the table whose schema lists it.", None)]
+    copied = "When a temperature column is stored in Fahrenheit (its name ends in _f), convert it with (x - 32) * 5 / 9."
+    rl = scripted_lm(lambda req: {"rule": copied})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))
+    assert len(engine_of(rl).calls) == 2 and proposal.edits[0].problem.startswith("copies the prompt's example")

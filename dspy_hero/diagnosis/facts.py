@@ -118,17 +118,18 @@ _DESCRIPTIONS: dict[Category, str] = {
     Category.EXAMPLE_RAISES: "an example shown in the prompt raises an exception",
     Category.EXAMPLE_OUTPUT_DIFFERS: "an example shown in the prompt prints something other than the prompt shows",
     Category.TESTS_FAILED: "the program runs but fails the task's tests",
-    Category.REF_MISSING_TABLE: "the reference program uses a table the prediction does not",
-    Category.REF_EXTRA_TABLE: "the prediction uses a table the reference program does not",
-    Category.REF_COLUMN_COUNT: "the prediction selects a different number of columns than the reference",
-    Category.REF_AGGREGATE: "the prediction's aggregates differ from the reference's",
-    Category.REF_DISTINCT: "the prediction's DISTINCT differs from the reference's",
-    Category.REF_GROUP_BY: "the prediction's GROUP BY differs from the reference's",
-    Category.REF_ORDER_LIMIT: "the prediction's ORDER BY / LIMIT differs from the reference's",
-    Category.REF_FILTER: "the prediction filters on other columns than the reference",
-    Category.REF_COLUMN_FORM: "the reference converts a column's stored value (scales it, parses it) where the "
-                              "prediction uses it as stored",
-    Category.REF_COMPARED_VALUE: "the prediction compares a column with other values than the reference "
+    Category.REF_MISSING_TABLE: "the correct (reference) program uses a table the generated one does not",
+    Category.REF_EXTRA_TABLE: "the generated program uses a table the correct (reference) one does not",
+    Category.REF_COLUMN_COUNT: "the generated program selects a different number of columns than the correct one",
+    Category.REF_AGGREGATE: "the generated program aggregates differently from the correct one",
+    Category.REF_DISTINCT: "the generated program's DISTINCT differs from the correct one's",
+    Category.REF_GROUP_BY: "the generated program's GROUP BY differs from the correct one's",
+    Category.REF_ORDER_LIMIT: "the generated program's ORDER BY / LIMIT differs from the correct one's",
+    Category.REF_FILTER: "the correct (reference) program has a condition on a column that the generated one does not "
+                         "filter on",
+    Category.REF_COLUMN_FORM: "the correct (reference) program converts a column's stored value (scales it, parses "
+                              "it) where the generated one uses it as stored",
+    Category.REF_COMPARED_VALUE: "the generated program compares a column with other values than the correct one "
                                  "(the stored spelling differs)",
     Category.REF_PATTERN: "the prediction's graph pattern differs from the reference's",
 }

@@ -556,9 +556,10 @@ def reference_facts(tree: exp.Expression, reference: str) -> list[Fact]:
         lacking = [c for c in ref.filters if c not in set(pred.filters)]
         if lacking:
             conditions = [cond for c in lacking[:2] if (cond := _condition_on(ref_tree, c))]
-            facts.append(Fact(Category.REF_FILTER, f"the reference filters on {', '.join(f'`{c}`' for c in lacking[:4])}"
-                              + (f" ({'; '.join(f'`{c}`' for c in conditions)})" if conditions else "")
-                              + ", the prediction does not"))
+            names = ", ".join(f"`{c}`" for c in lacking[:4])
+            facts.append(Fact(Category.REF_FILTER, (
+                f"the reference adds the condition {' and '.join(f'`{c}`' for c in conditions)}; the prediction has "
+                f"no condition on {names}" if conditions else f"the reference filters on {names}, the prediction does not")))
     facts += _form_facts(_column_forms(tree), _column_forms(ref_tree))
     facts += _value_facts(_compared_values(tree), _compared_values(ref_tree))
     return facts

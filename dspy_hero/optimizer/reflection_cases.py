@@ -64,18 +64,33 @@ _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNO
 class RuleFromFailure(dspy.Signature):
     """A program generator keeps making the mistake described in failure_pattern; failing_case is one
     example of it. Write ONE short, general rule to add to its instructions so that it avoids this
-    kind of mistake on other questions too. The pattern's instances may come from different databases:
-    name the kind of column or value they share and what to do, so the rule also works where the names
-    differ. A "reference" is the correct program of a training case: the generator never sees one, so
-    say what the generator should do, not what a reference does. Do not correct this program and do
-    not write code or a query: write an instruction. Do not mention this question's specific values or
-    answer.
-    Answer with one sentence that starts with "Always", "Never" or "When"."""
+    kind of mistake on other questions too. When the instances show what the correct (reference)
+    programs do, find what they have in common (the kind of column, the kind of condition or
+    conversion) and tell the generator to do the same whenever it meets that kind of column, on any
+    database. Say what such columns record (their names show it) and what the correct programs do
+    with them. Two examples of instances and a good rule for them:
+    - "(1) the reference adds the condition `is_sample = 0`. (2) the reference adds the condition
+      `demo_row = 0`." -> "When a table has a column that flags sample or demo rows (such as is_sample
+      or demo_row), always leave those rows out."
+    - "(1) the reference reads `temp_f` as `(temp_f - 32) * 5 / 9`. (2) the reference reads `high_f`
+      as `(high_f - 32) * 5 / 9`." -> "When a temperature column is stored in Fahrenheit (its name ends
+      in _f), convert it with (x - 32) * 5 / 9 before comparing or averaging."
+    Do not correct this program and do not write a query: write an instruction. Do not mention this
+    question's specific values or answer. Answer with one sentence."""
 
     task_instructions: str = dspy.InputField(desc="what the generator is asked to do")
     failure_pattern: str = dspy.InputField(desc="the mistake, found by program analysis, and how often it occurs")
     failing_case: str = dspy.InputField(desc="one example: the inputs, the generated program, its feedback and diagnosis")
     rule: str = dspy.OutputField(desc="one general rule, one sentence, no code")
+
+
+# Words of RuleFromFailure's two examples: a rule using them (absent from the evidence) copies an example.
+_EXAMPLE_WORDS = ("is_sample", "demo_row", "sample or demo", "temp_f", "high_f", "fahrenheit")
+
+
+def copies_an_example(rule: str, evidence: str) -> bool:
+    low, seen = rule.lower(), evidence.lower()
+    return any(w in low and w not in seen for w in _EXAMPLE_WORDS)
 
 
 def failure_category(feedback: str) -> str:
@@ -124,12 +139,24 @@ def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
     return "Preserve:\n" + preserve + "\n\nRevise:\n" + ("\n".join(revise) or "- (no failing case shown)")
 
 
-def _render_case(case: Any, max_chars: int) -> str:
+def shared_inputs(cases: list[Any]) -> set[str]:
+    """Input fields whose value repeats across cases (a database schema, a library context): context
+    shared by many questions, not part of one failure. Shown to the 1.5B model, a schema drew its rule
+    toward the schema's columns instead of the pattern it was asked about."""
+    seen: dict[tuple[str, str], int] = {}
+    for c in cases:
+        for k, v in c.inputs.items():
+            seen[(k, str(v))] = seen.get((k, str(v)), 0) + 1
+    return {k for (k, _), n in seen.items() if n > 1}
+
+
+def _render_case(case: Any, max_chars: int, omit: set[str] = frozenset()) -> str:
     def cut(text: Any) -> str:
         text = " ".join(str(text).split())
         return text if len(text) <= max_chars else text[:max_chars] + " ..."
 
-    lines = [f"{k}: {cut(v)}" for k, v in case.inputs.items() if not is_environment_reference(k)]
+    lines = [f"{k}: {cut(v) if k not in omit else '(shared by several cases; omitted)'}"
+             for k, v in case.inputs.items() if not is_environment_reference(k)]
     lines += [f"generated {k}: {cut(v)}" for k, v in case.program.items() if k != "raw_output"]
     lines.append(f"execution feedback: {cut(case.feedback)}")
     diag = getattr(case, "diagnosis", None)
@@ -187,6 +214,19 @@ def clean_rule(text: str) -> tuple[str, str | None]:
     return sentence.rstrip(), None
 
 
+def _purest(group: list[Any], depth: int, used: set[str]) -> Any:
+    """The group's unused case with the fewest other findings (ties: first seen), at the `depth`-th
+    choice of this category: a case that shows the pattern alone keeps a small model on it (shown a
+    case with an unrelated error as well, the 1.5B model wrote a rule about that error)."""
+    if depth >= len(group):
+        return None
+    free = [c for c in group if c.case_id not in used]
+    def others(c: Any) -> int:
+        diag = getattr(c, "diagnosis", None)
+        return len(diag.categories) if diag is not None else 0
+    return min(free, key=others) if free else None
+
+
 class CaseRuleProposer:
     """One reflection-LM call per chosen failing case, each returning one rule (see module docstring)."""
 
@@ -211,9 +251,10 @@ class CaseRuleProposer:
             for cat, group in ordered:
                 if len(chosen) >= ctx.num_candidates:
                     break
-                if depth < len(group) and group[depth].case_id not in used:
-                    used.add(group[depth].case_id)
-                    chosen.append((group[depth], failure_pattern(cat, group, len(failing), group[depth])))
+                pick = _purest(group, depth, used)
+                if pick is not None:
+                    used.add(pick.case_id)
+                    chosen.append((pick, failure_pattern(cat, group, len(failing), pick)))
             depth += 1
         return chosen
 
@@ -223,21 +264,30 @@ class CaseRuleProposer:
         raws: list[str] = []
         errors: list[str] = []
         for case, pattern in self.choose(ctx):
-            try:
-                instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
-                                            + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
-                out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
-                            failure_pattern=pattern, failing_case=_render_case(case, self.max_case_chars))
-            except Exception as exc:  # one failed call costs one candidate, not the round
-                errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
-                raws.append(f"{case.case_id}: {errors[-1]}")
-                continue
-            raw = out.get("rule", "")
-            raws.append(f"{case.case_id}: {raw}")
-            rule, problem = clean_rule(raw)
-            if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
-                problem = "duplicate of another proposed rule"
-            edits.append(ProposedEdit("add", rule, None, [case.case_id], f"ADD: {rule} ({case.case_id})", problem))
+            instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
+                                        + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
+            shown = _render_case(case, self.max_case_chars, shared_inputs(ctx.cases))
+            rule, problem, asked = "", None, pattern
+            for attempt in range(2):  # one re-ask, told why the first answer was not usable
+                try:
+                    out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
+                                failure_pattern=asked, failing_case=shown)
+                except Exception as exc:  # one failed call costs one candidate, not the round
+                    errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
+                    raws.append(f"{case.case_id}: {errors[-1]}")
+                    break
+                raw = out.get("rule", "")
+                raws.append(f"{case.case_id}{' (re-asked)' if attempt else ''}: {raw}")
+                rule, problem = clean_rule(raw)
+                if rule and not problem and copies_an_example(rule, pattern + shown):
+                    problem = "copies the prompt's example instead of describing this evidence"
+                if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
+                    problem = "duplicate of another proposed rule"
+                if not problem:
+                    break
+                asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}"
+            if rule or problem:
+                edits.append(ProposedEdit("add", rule, None, [case.case_id], f"ADD: {rule} ({case.case_id})", problem))
         error = errors[0] if errors and not edits else None  # every call failed: the LM is down
         return Proposal(gradient=gradient, raw="\n".join(raws), edits=edits, error=error)
 
@@ -277,8 +327,9 @@ class FallbackProposer:
             return first
         second = self.fallback.propose(ctx)
         why = first.error or ("no usable edit" if first.edits else "no edit parsed")
-        second.gradient = second.gradient + f"\n\n(per-case reflection: the evidence-wide proposal gave {why})"
-        second.raw = f"[evidence-wide]\n{first.raw}\n[per-case]\n{second.raw}"
+        names = type(self.primary).__name__, type(self.fallback).__name__
+        second.gradient = second.gradient + f"\n\n(fallback {names[1]}: {names[0]} gave {why})"
+        second.raw = f"[{names[0]}]\n{first.raw}\n[{names[1]}]\n{second.raw}"
         second.edits = first.edits + second.edits  # keep the unusable ones on record with their problems
         if not any(e.problem is None for e in second.edits):
             second.error = first.error or second.error
