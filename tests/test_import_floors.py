@@ -188,6 +188,15 @@ def test_the_tree_is_read():
     assert "dspy_hero.execution.sqlite" in GRAPH and "dspy_hero.metrics.base" in GRAPH
     assert "dspy_hero.execution.base" in GRAPH["dspy_hero.execution.sqlite"]
     assert "dspy_hero.text" in GRAPH["dspy_hero.execution.sqlite_environment"]
+    # the field contract is floor 0: environments dispatch on it, metrics and HERO-T read through it
+    assert GRAPH["dspy_hero.fields"] == set()
+    for user in ("dspy_hero.execution.environments", "dspy_hero.metrics.base", "dspy_hero.refine.fields",
+                 "dspy_hero.optimizer.evidence", "dspy_hero.diagnosis"):
+        assert "dspy_hero.fields" in GRAPH[user], user
+    # the sandbox's parts import down to its executor's floor, never up to the executor
+    for part in ("sandbox_layers", "sandbox_command", "sandbox_process"):
+        assert "dspy_hero.execution.python" not in GRAPH[f"dspy_hero.execution.{part}"]
+        assert f"dspy_hero.execution.{part}" in GRAPH["dspy_hero.execution.python"]
 
 
 def test_imports_point_down():
