@@ -22,13 +22,15 @@ rollouts, not the budget. A pass, or a failure of another kind, ends the streak.
 Inputs: a program is called with `program_inputs` (its accepted inputs only, see metrics.base), so
 environment references need not be marked as inputs and no input reaches a program that does not
 declare it; the metric still sees the whole example.
+
+Neighbours: the metric is called through `metrics.base.MetricAdapter` (the calling convention), LM
+usage is counted by `lm.usage.UsageMeter`, and a variant's program is `instructions.build_variant`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextvars
-import copy
 import logging
 import threading
 import traceback
@@ -41,6 +43,7 @@ import dspy
 from dspy_hero.fields import get_field
 from dspy_hero.lm.usage import Usage, UsageMeter
 from dspy_hero.metrics.base import MetricAdapter, MetricError, program_input_names, program_inputs, unscorable_reason
+from dspy_hero.optimizer.instructions import build_variant
 
 _MAX_FIELD_CHARS = 4000
 logger = logging.getLogger("dspy_hero.optimizer")
@@ -163,24 +166,6 @@ def _fields(obj: Any) -> dict[str, str]:
         return {}
     items = obj.items() if hasattr(obj, "items") else [("output", obj)]
     return {str(k): _text(v) for k, v in items}
-
-
-def build_variant(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched).
-
-    LMs set on the student's predictors are shared, not copied: a variant must call the same model
-    (and engine) the user configured, and LM objects are not meant to be deep-copied.
-    """
-    lms = {id(p.lm): p.lm for _, p in student.named_predictors() if p.lm is not None}
-    try:
-        program = copy.deepcopy(student, dict(lms))
-    except Exception:  # modules holding uncopyable state: DSPy's own attribute-wise copy
-        program = student.deepcopy()
-    for (name, predictor), (_, original) in zip(program.named_predictors(), student.named_predictors()):
-        predictor.lm = original.lm
-        if name in instructions:
-            predictor.signature = predictor.signature.with_instructions(instructions[name])
-    return program
 
 
 class Rollouts:

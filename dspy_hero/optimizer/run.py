@@ -43,7 +43,7 @@ from dspy_hero.optimizer.budget import Budget, resolve_budget
 from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer
 from dspy_hero.optimizer.guard import MemorizationGuard
-from dspy_hero.optimizer.instructions import PromptState, instructions_key, parse_instructions
+from dspy_hero.optimizer.instructions import PromptState, build_variant, instructions_key, parse_instructions
 from dspy_hero.optimizer.pools import DefaultPoolSplitter
 from dspy_hero.optimizer.reflection import Proposal, ReflectionContext, RuleProposer
 from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
@@ -51,7 +51,6 @@ from dspy_hero.optimizer.result import CandidateStatus, HeroResult, RoundRecord,
 from dspy_hero.optimizer.rollout import (
     FailFast,
     Rollouts,
-    build_variant,
     prefix_key,
 )
 from dspy_hero.optimizer.settings import HeroSettings
