@@ -44,9 +44,9 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "ENVIRONMENT_FIELDS", "LABEL_FIELDS", "LANGUAGE_OF_OUTPUT", "LOCATOR_FIELDS", "PREDICTION_FIELDS",
+    "ENVIRONMENT_FIELDS", "GROUP_FIELDS", "LABEL_FIELDS", "LANGUAGE_OF_OUTPUT", "LOCATOR_FIELDS", "PREDICTION_FIELDS",
     "PYTHON_TASK_FIELDS", "REFERENCE_PROGRAM_FIELDS", "environment_fields", "environment_kind", "get_field",
-    "is_locator", "label_inputs", "language_of", "program_text", "read_unlabeled", "reference_program",
+    "group_of", "is_locator", "label_inputs", "language_of", "program_text", "read_unlabeled", "reference_program",
 ]
 
 PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
@@ -64,6 +64,9 @@ LOCATOR_FIELDS = ("db_path", "db_id", "graph", "graph_source", "engine")
 PYTHON_TASK_FIELDS = ("prompt", "code_prompt", "entry_point")
 # Everything an environment may read; a program that names one receives it even when it is not an input.
 ENVIRONMENT_FIELDS = LOCATOR_FIELDS + PYTHON_TASK_FIELDS
+# The locators that name the database or graph an instance belongs to (instances sharing one share
+# its schema: demos prefer the same group, evidence shows a group's context once).
+GROUP_FIELDS = ("db_id", "graph")
 
 
 def get_field(obj: Any, name: str, default: Any = None) -> Any:
@@ -94,6 +97,11 @@ def read_unlabeled(obj: Any, name: str, reader: str = "this reader") -> Any:
     if name in LABEL_FIELDS:
         raise ValueError(f"{reader} never reads label field {name!r}; pass a reference explicitly")
     return get_field(obj, name)
+
+
+def group_of(obj: Any) -> str:
+    """The database or graph an instance belongs to (its first `GROUP_FIELDS` value), else ""."""
+    return next((str(value) for name in GROUP_FIELDS if (value := get_field(obj, name))), "")
 
 
 def is_locator(name: str) -> bool:

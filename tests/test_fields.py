@@ -18,6 +18,7 @@ from dspy_hero.fields import (
     environment_fields,
     environment_kind,
     get_field,
+    group_of,
     is_locator,
     label_inputs,
     language_of,
@@ -70,6 +71,11 @@ def test_environment_dispatch_reads_only_environment_fields():
     assert refs == {"db_path": "/x.db", "prompt": "p"}
     assert ENVIRONMENT_FIELDS == LOCATOR_FIELDS + PYTHON_TASK_FIELDS
     assert all(is_locator(n) for n in LOCATOR_FIELDS) and not any(is_locator(n) for n in PYTHON_TASK_FIELDS)
+
+
+def test_group_of_names_the_database_or_graph():
+    assert group_of({"db_id": "concert", "graph": "g", "db_path": "/x.db"}) == "concert"
+    assert group_of(dspy.Example(graph="films")) == "films" and group_of({"db_path": "/x.db"}) == ""
 
 
 def test_reference_program_per_language():

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import dspy
 
 from dspy_hero.diagnosis import CategoryCount, Diagnoser, Diagnosis, count_categories
-from dspy_hero.fields import environment_fields, is_locator, language_of, program_text, reference_program
+from dspy_hero.fields import GROUP_FIELDS, environment_fields, is_locator, language_of, program_text, reference_program
 from dspy_hero.text import approx_tokens
 
 logger = logging.getLogger("dspy_hero.optimizer")
@@ -397,7 +397,7 @@ class DefaultEvidenceRenderer:
         return [n for n in names if n in repeated or n in self.context_fields]
 
     def _group_label(self, case: Case) -> str:
-        for ref in ("db_id", "graph"):
+        for ref in GROUP_FIELDS:
             value = case.inputs.get(ref) or case.environment.get(ref)
             if value:
                 return f"{ref}: {value}"

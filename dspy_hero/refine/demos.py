@@ -28,6 +28,7 @@ from dspy_hero.fields import (
     REFERENCE_PROGRAM_FIELDS,
     environment_kind,
     get_field,
+    group_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -302,13 +303,10 @@ def _task_fields(example: Any) -> dict[str, str]:
             names = list(example.inputs().keys())
         except ValueError:  # no input keys declared
             names = []
-        return searchable({n: example.get(n) for n in names})
+        return searchable({n: _read(example, n) for n in names})
     return searchable(dict(example)) if isinstance(example, dict) else {}
 
 
-def group_of(fields: Any) -> str:
-    """The database or graph an instance belongs to (an environment reference, never a label)."""
-    return str(_read(fields, "db_id") or _read(fields, "graph") or "")
 
 
 

@@ -58,11 +58,11 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
 from dspy_hero.execution.environments import EnvironmentCache
-from dspy_hero.fields import ENVIRONMENT_FIELDS
+from dspy_hero.fields import ENVIRONMENT_FIELDS, group_of
 from dspy_hero.lm.adapter import program_adapter
 from dspy_hero.metrics.base import extract_code, program_input_names
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
-from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
+from dspy_hero.refine.demos import Demo, DemoBank, query_text
 from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck, same_program
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos

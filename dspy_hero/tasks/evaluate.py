@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import dspy
 
+from dspy_hero.fields import get_field
 from dspy_hero.lm.usage import Usage, track_usage, usage_of
 from dspy_hero.metrics.base import feedback_of, program_input_names, program_inputs, score_of
 
@@ -113,7 +114,7 @@ class SharedPrefixOrder:
             return list(range(len(examples)))
         groups: dict[str, list[int]] = {}
         for i, example in enumerate(examples):
-            groups.setdefault(str(example.get(name, "")), []).append(i)
+            groups.setdefault(str(get_field(example, name, "")), []).append(i)
         return [i for members in groups.values() for i in members]
 
 
