@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import dspy
 
-from dspy_hero.fields import get_field
+from dspy_hero.fields import GROUP_FIELDS, get_field
 from dspy_hero.lm.usage import Usage, UsageMeter
 from dspy_hero.metrics.base import MetricAdapter, MetricError, program_input_names, program_inputs, unscorable_reason
 from dspy_hero.optimizer.instructions import build_variant
@@ -129,7 +129,9 @@ class RolloutResult:
         return cls(**data)
 
 
-_PREFIX_FIELDS = ("db_id", "db_path", "graph_id", "schema", "db_schema", "graph_schema")
+# The group (dspy_hero.fields.GROUP_FIELDS), else the database file, else a schema text: examples
+# that share one share the long prompt prefix.
+_PREFIX_FIELDS = (*GROUP_FIELDS, "db_path", "db_schema", "graph_schema", "schema")
 
 
 def prefix_key(group_key: str | None) -> Callable[[Any], str]:
