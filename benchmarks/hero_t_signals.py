@@ -33,13 +33,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dspy_hero.metrics.base import get_field
-from dspy_hero.refine.fields import ENVIRONMENT_FIELDS
+from dspy_hero.fields import ENVIRONMENT_FIELDS, REFERENCE_PROGRAM_FIELDS, get_field
 from dspy_hero.refine.suspect import assess
 from dspy_hero.tasks.hub import shared_benchmarks_dir
 from dspy_hero.tasks.registry import load_task
 
-REFERENCE_FIELDS = ("gold_sql", "gold_cypher", "canonical_solution", "ground_truth_code")
 TASK_TEXT_FIELDS = ("question", "nl_question", "prompt", "code_prompt")
 
 
@@ -57,7 +55,7 @@ def measure(task_name: str, data: str | None, limit: int, stdlib_only: bool) -> 
         n_suspect = n_failing = n_assessed = 0
         flagged = []
         for ex in examples:
-            reference = next((str(v) for f in REFERENCE_FIELDS if (v := get_field(ex, f))), None)
+            reference = next((str(v) for f in REFERENCE_PROGRAM_FIELDS if (v := get_field(ex, f))), None)
             if not reference:
                 continue
             env = task.environment_for(ex)

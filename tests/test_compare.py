@@ -12,9 +12,10 @@ from pathlib import Path
 import dspy
 import pytest
 
-from dspy_hero.bench.accounting import CountingMetric, track_usage, usage_of
+from dspy_hero.bench.accounting import CountingMetric
 from dspy_hero.bench.methods import METHODS, mipro_plan
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks, paired_bootstrap
+from dspy_hero.lm.usage import track_usage, usage_of
 from dspy_hero.lm.scripted import engine_of, scripted_lm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from dspy_hero.diagnosis import Category, Diagnoser, diagnose
-from dspy_hero.diagnosis.fields import read
+from dspy_hero.fields import read_unlabeled
 from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 from dspy_hero.tasks.hub import shared_benchmarks_dir
 
@@ -186,7 +186,7 @@ def test_reference_diff_only_when_a_reference_is_passed(env, db):
     assert cats[Category.REF_AGGREGATE] == "the reference aggregates with COUNT(DISTINCT), the prediction with nothing"
     assert d.label_free_only().facts == ()
     with pytest.raises(ValueError, match="never reads label"):
-        read({"gold_sql": gold}, "gold_sql")
+        read_unlabeled({"gold_sql": gold}, "gold_sql", "the diagnosis")
 
 
 @pytest.mark.parametrize("pred, gold, category, text", [

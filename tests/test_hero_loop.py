@@ -25,7 +25,9 @@ from dspy_hero.lm.scripted import engine_of, scripted_lm
 from dspy_hero.optimizer.archive import AdaptiveSelector, SelectionOutcome
 from dspy_hero.optimizer.budget import Budget
 from dspy_hero.optimizer.hero import HeroOptimizer
-from dspy_hero.optimizer.rollout import MetricAdapter, Rollouts, prefix_key
+from dspy_hero.optimizer.result import CandidateStatus
+from dspy_hero.metrics.base import MetricAdapter
+from dspy_hero.optimizer.rollout import Rollouts, prefix_key
 from dspy_hero.optimizer.settings import SEARCH_LEVELS, HeroSettings
 from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
 
@@ -154,8 +156,8 @@ def test_code_answer_is_re_asked_once_with_the_reason_then_kept_or_dropped():
     out = compile_toy(None, rl=scripted_lm(reflect), num_rounds=1)
     assert len(asks) == 2 and "a program fragment" in asks[1]
     assert COUNT_RULE in out.generate.signature.instructions
-    dropped = [c for c in out.detailed_results.rounds[0].candidates if c.status.startswith("dropped")]
-    assert dropped and "not a rule" in dropped[0].status
+    dropped = [c for c in out.detailed_results.rounds[0].candidates if c.status is CandidateStatus.DROPPED]
+    assert dropped and "not a rule" in dropped[0].reason
 
 
 def test_a_rule_that_restates_the_error_or_copies_a_program_is_not_a_rule():
@@ -270,7 +272,7 @@ def test_rollouts_run_grouped_by_shared_prefix_without_changing_results():
         order.clear()
         with dspy.context(lm=scripted_lm(script)):
             r = Rollouts(student, MetricAdapter(feedback_metric), Budget(12), display_progress=False, order_key=key)
-            got[key is None] = {i: x.score for i, x in r.evaluate("k", {}, items).items()}
+            got[key is None] = {i: x.score for i, x in r.run("k", {}, items).items()}
         if key is not None:
             assert order == sorted(order)  # grouped: db0 x4, db1 x4, db2 x4
         else:

@@ -8,7 +8,9 @@
   simulation modules whose job is to script an LM;
 - no import cycle among dspy_hero modules (function-level imports count: a cycle hidden in a
   function is still a cycle; the lazy-export maps of __init__ files are strings, not imports);
-- no module writes os.environ when it is imported, except the listed documented places.
+- no module writes os.environ when it is imported, except the listed documented places;
+- no module keeps mutable state at module level (a container it mutates, a lock, a `global`), except
+  the listed ones, each with its reason.
 
 Each rule is checked on the real tree and, so the checker itself can fail, on a small synthetic tree
 that breaks it.
@@ -38,6 +40,16 @@ SCRIPTED_IMPORTERS = {
 IMPORT_TIME_ENV_WRITERS = {
     "dspy_hero": "LITELLM_LOCAL_MODEL_COST_MAP must be set before litellm is first imported (through dspy), "
     "or litellm fetches its cost map from the network; the package's __init__ runs before any of its modules",
+}
+
+
+# Module-level mutable state, each with its reason. Any other one fails.
+MODULE_STATE = {
+    ("dspy_hero.tasks.registry", "_LOADERS"): "the task registry: register_task adds a user's loader process-wide by design",
+    ("dspy_hero.tasks.builtin.cypher_data", "_LOCK"): "serializes building the built-in graph files, one set per process "
+    "and cache directory",
+    ("dspy_hero.tasks.builtin.sql_data", "_BUILD_LOCK"): "serializes building the built-in databases, one file per process "
+    "and cache directory",
 }
 
 
@@ -178,6 +190,44 @@ def writes_environ_at_import(module: Module) -> bool:
     return False
 
 
+_MUTATORS = frozenset({"append", "add", "update", "setdefault", "pop", "popitem", "clear", "extend", "insert",
+                       "remove", "discard", "move_to_end", "appendleft"})
+_CONTAINERS = frozenset({"dict", "list", "set", "OrderedDict", "defaultdict", "Counter", "deque",
+                         "WeakValueDictionary", "WeakKeyDictionary", "WeakSet"})
+_SYNC = frozenset({"Lock", "RLock", "Event", "Condition", "Semaphore", "local"})
+
+
+def module_state(module: Module) -> list[str]:
+    """Names bound at module level to mutable state: a container the module mutates (a method such as
+    .append, or item assignment), a lock or thread-local, or any name rebound through `global`."""
+    bound: dict[str, str] = {}
+    for node in module.tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        value, kind = node.value, None
+        if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+            kind = "container"
+        elif isinstance(value, ast.Call):
+            func = value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            kind = "container" if name in _CONTAINERS else "sync" if name in _SYNC else None
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            if kind and isinstance(target, ast.Name):
+                bound[target.id] = kind
+    found = {name for name, kind in bound.items() if kind == "sync"}
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Global):
+            found.update(node.names)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS
+              and isinstance(node.func.value, ast.Name) and bound.get(node.func.value.id) == "container"):
+            found.add(node.func.value.id)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            found.update(t.value.id for t in targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                         and bound.get(t.value.id) == "container")
+    return sorted(found)
+
+
 # --- the real tree ---------------------------------------------------------------------------------
 
 MODULES = read_modules(ROOT)
@@ -188,6 +238,15 @@ def test_the_tree_is_read():
     assert "dspy_hero.execution.sqlite" in GRAPH and "dspy_hero.metrics.base" in GRAPH
     assert "dspy_hero.execution.base" in GRAPH["dspy_hero.execution.sqlite"]
     assert "dspy_hero.text" in GRAPH["dspy_hero.execution.sqlite_environment"]
+    # the field contract is floor 0: environments dispatch on it, metrics and HERO-T read through it
+    assert GRAPH["dspy_hero.fields"] == set()
+    for user in ("dspy_hero.execution.environments", "dspy_hero.metrics.base", "dspy_hero.refine.fields",
+                 "dspy_hero.optimizer.evidence", "dspy_hero.diagnosis"):
+        assert "dspy_hero.fields" in GRAPH[user], user
+    # the sandbox's parts import down to its executor's floor, never up to the executor
+    for part in ("sandbox_layers", "sandbox_command", "sandbox_process"):
+        assert "dspy_hero.execution.python" not in GRAPH[f"dspy_hero.execution.{part}"]
+        assert f"dspy_hero.execution.{part}" in GRAPH["dspy_hero.execution.python"]
 
 
 def test_imports_point_down():
@@ -205,6 +264,11 @@ def test_no_import_cycle():
 def test_no_environment_writes_at_import_beyond_the_documented_ones():
     writers = sorted(name for name, module in MODULES.items() if writes_environ_at_import(module))
     assert [w for w in writers if w not in IMPORT_TIME_ENV_WRITERS] == []
+
+
+def test_no_module_level_mutable_state_beyond_the_listed_ones():
+    state = {(name, var) for name, module in MODULES.items() for var in module_state(module)}
+    assert sorted(state - set(MODULE_STATE)) == []
 
 
 # --- the checker can fail ----------------------------------------------------------------------------
@@ -264,3 +328,15 @@ def test_checker_sees_an_environment_write_at_import_only(tmp_path):
         "c.py": "import os\ndef f():\n    os.environ['X'] = '1'\nY = os.environ.get('X')\n",
     })
     assert sorted(n for n, m in modules.items() if writes_environ_at_import(m)) == ["dspy_hero.a", "dspy_hero.b"]
+
+
+def test_checker_sees_module_level_state(tmp_path):
+    modules = _tree(tmp_path, {
+        "a.py": "import threading\n_WATCHDOG = threading.Lock()\n",
+        "b.py": "_CACHE = {}\ndef f(k):\n    _CACHE[k] = 1\n",
+        "c.py": "SEEN = []\ndef f(x):\n    SEEN.append(x)\n",
+        "d.py": "N = 0\ndef f():\n    global N\n    N += 1\n",
+        "e.py": "TABLE = {'a': 1}\nNAMES = ('x',)\ndef f():\n    return dict(TABLE)\n",
+    })
+    assert {n: module_state(m) for n, m in modules.items() if module_state(m)} == {
+        "dspy_hero.a": ["_WATCHDOG"], "dspy_hero.b": ["_CACHE"], "dspy_hero.c": ["SEEN"], "dspy_hero.d": ["N"]}

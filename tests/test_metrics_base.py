@@ -94,3 +94,20 @@ def test_failed_verdict_is_falsy_so_bootstrapping_rejects_its_trace(tmp_path):
             program, trainset=examples
         )
     assert all(len(p.demos) == 0 for p in compiled.predictors())
+
+
+def test_one_reading_of_a_metric_result():
+    """score_of / feedback_of read a result exactly as HERO-O's MetricAdapter does (one
+    normalize_metric_output): same shapes, same refusal of scores outside [0, 1]."""
+    from dspy_hero.metrics.base import MetricAdapter, MetricError, feedback_of, normalize_metric_output
+
+    shapes = [True, 0, 0.25, {"score": 1, "feedback": "ok"}, dspy.Prediction(score=0.5, feedback=3),
+              dspy.Prediction(score=1.0)]
+    for out in shapes:
+        assert (score_of(out), feedback_of(out)) == normalize_metric_output(out)
+        metric = (lambda value: lambda gold, pred: value)(out)
+        assert MetricAdapter(metric)(None, None) == normalize_metric_output(out)
+    assert feedback_of(dspy.Prediction(score=0.5, feedback=3)) == "3"
+    for bad in (100.0, float("nan"), {"feedback": "no score"}, "yes", None):
+        with pytest.raises(MetricError):
+            score_of(bad)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from pathlib import Path
 
 import dspy
 import neo4j
@@ -25,7 +26,7 @@ import redis
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, REJECTED, RUNTIME, SYNTAX
 from dspy_hero.execution.falkordb_bolt import TX_GRAPH, UNSUPPORTED_BOLT_VALUES, start_bolt_server
-from dspy_hero.execution.neo4j_executor import Neo4jExecutor
+from dspy_hero.execution.neo4j_executor import Neo4jExecutor, Neo4jSettings
 from dspy_hero.metrics.cypher import cypher_execution_metric
 
 
@@ -49,6 +50,20 @@ def test_unreachable_env_uri_fails_when_the_metric_is_built(monkeypatch):
     monkeypatch.setenv("HERO_NEO4J_PASSWORD", "x")
     with pytest.raises(ConnectionError, match="HERO_NEO4J_URI"):
         cypher_execution_metric()
+
+
+def test_settings_are_read_from_one_place():
+    assert Neo4jSettings.from_env({}) is None and Neo4jSettings.from_env({"HERO_NEO4J_URI": ""}) is None
+    s = Neo4jSettings.from_env({"HERO_NEO4J_URI": "bolt://h:7687", "HERO_NEO4J_USER": "u",
+                                "HERO_NEO4J_PASSWORD": "p", "HERO_NEO4J_DATABASE": "films"})
+    assert s == Neo4jSettings("bolt://h:7687", "u", "p", "films") and s.auth == ("u", "p")
+    assert Neo4jSettings.from_env({"HERO_NEO4J_URI": "bolt://h"}).auth is None
+    readers = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "dspy_hero").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if any(f'get("HERO_NEO4J_{k}' in text or f'["HERO_NEO4J_{k}' in text for k in ("URI", "USER", "PASSWORD", "DATABASE")):
+            readers.append(path.name)
+    assert readers == ["neo4j_executor.py"]
 
 
 def test_from_env_needs_a_uri(monkeypatch):

@@ -25,8 +25,9 @@ from optimizer_toy import (
 )
 
 from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.metrics.base import MetricError
 from dspy_hero.optimizer.hero import HeroOptimizer
-from dspy_hero.optimizer.rollout import MetricError
+from dspy_hero.optimizer.result import CandidateStatus
 from dspy_hero.tasks.programs import SEED_INSTRUCTIONS
 
 SEED = SEED_INSTRUCTIONS["sql"]
@@ -124,7 +125,7 @@ def test_garbage_reflection_never_adopts_and_returns_seed_with_warning(caplog):
         out, res, _, _ = run(make_examples(40), None, rl=rl, num_rounds=3)
     assert out.generate.signature.instructions == SEED
     assert all(r.adopted_candidate_id is None for r in res.rounds)
-    assert all(c.status.startswith("dropped") for r in res.rounds for c in r.candidates)
+    assert all(c.status is CandidateStatus.DROPPED and c.reason for r in res.rounds for c in r.candidates)
     assert any("adopted no candidate" in w for w in res.warnings)
     assert "adopted no candidate" in caplog.text
 
@@ -282,7 +283,8 @@ def test_per_predictor_feedback_failure_keeps_the_rollout_score():
     """A 5-argument metric that only fails when asked for one predictor's feedback: the rollout keeps
     its real score and the other predictor's feedback (only that feedback is lost)."""
     from dspy_hero.optimizer.budget import Budget
-    from dspy_hero.optimizer.rollout import MetricAdapter, Rollouts
+    from dspy_hero.metrics.base import MetricAdapter
+    from dspy_hero.optimizer.rollout import Rollouts
 
     def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
         if pred_name == "plan":
@@ -299,7 +301,7 @@ def test_per_predictor_feedback_failure_keeps_the_rollout_score():
     budget = Budget(9)  # 3 rollouts + 2 per-predictor feedback executions each: every one is charged
     rollouts = Rollouts(TwoStep(), MetricAdapter(metric), budget, display_progress=False)
     with dspy.context(lm=scripted_lm(script)):
-        got = rollouts.evaluate("k", {}, [(f"t{i}", ex) for i, ex in enumerate(examples)])
+        got = rollouts.run("k", {}, [(f"t{i}", ex) for i, ex in enumerate(examples)])
     assert budget.spent == 9 and len(got) == 3 and rollouts.feedback_calls == 6
     for r in got.values():
         assert r.score == 1.0 and r.error is None, r
@@ -308,7 +310,7 @@ def test_per_predictor_feedback_failure_keeps_the_rollout_score():
     budget = Budget(3)
     rollouts = Rollouts(TwoStep(), MetricAdapter(metric), budget, display_progress=False)
     with dspy.context(lm=scripted_lm(script)):
-        got = rollouts.evaluate("k", {}, [(f"t{i}", ex) for i, ex in enumerate(examples)])
+        got = rollouts.run("k", {}, [(f"t{i}", ex) for i, ex in enumerate(examples)])
     assert budget.spent == 3 and rollouts.feedback_calls == 0 and all(not r.predictor_feedback for r in got.values())
 
 
@@ -404,7 +406,7 @@ def test_rounds_with_an_unchanged_prompt_show_new_cases_and_do_not_retest_reject
     assert shown[0] and shown[1] and not shown[0] & shown[1]  # the prompt did not change; the evidence did
     (c1,), c2 = r1.candidates, r2.candidates[0]  # round 2 also asks the per-case proposer (the repeat is unusable)
     assert c1.status == "rejected" and c2.edit == c1.edit
-    assert c2.status.startswith("duplicate: already rejected") and c2.decision is None
+    assert c2.status is CandidateStatus.DUPLICATE and c2.reason.startswith("already rejected") and c2.decision is None
     edit_calls = [c for c in engine_of(rl).calls if "current_rules" in c.inputs and "evidence" not in c.inputs]
     assert "rejected" not in edit_calls[0].inputs["current_rules"]  # round 2 is told what round 1 rejected
     assert "Already tested and rejected" in edit_calls[1].inputs["current_rules"] and LIMIT_RULE in edit_calls[1].inputs["current_rules"]

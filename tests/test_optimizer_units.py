@@ -22,7 +22,7 @@ from dspy_hero.optimizer.instructions import (
 )
 from dspy_hero.optimizer.pools import DefaultPoolSplitter
 from dspy_hero.optimizer.reflection import parse_edits
-from dspy_hero.optimizer.rollout import MetricAdapter, MetricError, normalize_metric_output
+from dspy_hero.metrics.base import MetricAdapter, MetricError, normalize_metric_output
 
 
 # ---- instructions -------------------------------------------------------------------------------

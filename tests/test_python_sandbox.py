@@ -16,10 +16,10 @@ from dspy_hero.execution.python import (
     SANDBOX_UID,
     TESTS_FAILED,
     PythonSandbox,
-    _hand_over,
     find_bwrap,
     is_sandbox_uid,
 )
+from dspy_hero.execution.sandbox_process import hand_over
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox layers need Linux")
 
@@ -99,7 +99,7 @@ def test_run_dir_is_private_to_its_owner_without_root():
         os.chmod(base, 0o777)
         if os.getuid() != 0:
             run_dir = tempfile.mkdtemp(dir=base)
-            _hand_over(run_dir, None)
+            hand_over(run_dir, None)
             others = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
         else:
             pid = os.fork()
@@ -109,7 +109,7 @@ def test_run_dir_is_private_to_its_owner_without_root():
                     os.setgid(SANDBOX_UID)
                     os.setuid(SANDBOX_UID)
                     run_dir = tempfile.mkdtemp(dir=base)
-                    _hand_over(run_dir, None)
+                    hand_over(run_dir, None)
                     bits = stat.S_IMODE(os.stat(run_dir).st_mode) & 0o077
                 finally:
                     os._exit(bits)
@@ -278,7 +278,7 @@ def test_docker_payload_boot_path_runs_without_docker():
     it (uid 65534, an empty world-writable work dir), and its verdict read from its own stdout."""
     import subprocess
 
-    from dspy_hero.execution.python import _BOOT_SOURCE_PATH
+    from dspy_hero.execution.sandbox_command import BOOT_SOURCE_PATH
     from dspy_hero.execution.sandbox_verdict import interpret
 
     # as root the boot drops to uid 65534, which must be able to read the interpreter's stdlib
@@ -295,7 +295,7 @@ def test_docker_payload_boot_path_runs_without_docker():
                "memory_mb": 1024, "max_processes": 32, "sys_path": [], "uid": SANDBOX_UID, "stdin_text": ""}
         body = repr(cfg).encode()
         proc = subprocess.run(
-            [python, "-I", "-S", "-c", _BOOT_SOURCE_PATH.read_text()],
+            [python, "-I", "-S", "-c", BOOT_SOURCE_PATH.read_text()],
             input=str(len(body)).encode() + b"\n" + body, capture_output=True, cwd=workdir, timeout=60,
             env={"PATH": "/usr/bin:/bin"}, check=False,
         )

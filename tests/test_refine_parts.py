@@ -9,9 +9,10 @@ import pytest
 from dspy_hero.execution.base import Execution
 from dspy_hero.refine.actions import choose_demos, parse_action
 from dspy_hero.refine.demos import BM25, Demo, DemoBank, _task_fields, tokenize
-from dspy_hero.refine.fields import gather_inputs, generator_io, read_field
+from dspy_hero.fields import read_unlabeled
+from dspy_hero.refine.fields import gather_inputs, generator_io
 from dspy_hero.refine.gate import EvidenceGate, static_problem
-from dspy_hero.refine.trace import RefinementTrace, UsageTotals
+from dspy_hero.refine.trace import RefinementTotals, RefinementTrace
 from dspy_hero.tasks.programs import GenerateProgram
 
 PROBES = ["schema", "sample_values", "run_subquery"]
@@ -154,7 +155,7 @@ def test_evidence_text_keeps_the_anchor_and_elides_old_steps():
 def test_usage_totals_copy_fresh():
     import copy
 
-    totals = UsageTotals()
+    totals = RefinementTotals()
     trace = RefinementTrace("sql", 3, "a", final_program="b", actions_used=2, lm_calls=4, env_actions=3)
     totals.record(trace)
     assert totals.snapshot()["changed"] == 1 and totals.snapshot()["lm_calls_per_query"] == 4.0
@@ -170,7 +171,7 @@ def test_field_routing_never_reads_labels():
     assert gen_inputs == {"question": "q", "db_schema": "override"}
     assert env == {"db_path": "/x.sqlite"} and "SECRET" not in repr(env) + repr(gen_inputs)
     with pytest.raises(ValueError):
-        read_field(ex, "gold_sql")
+        read_unlabeled(ex, "gold_sql", "HERO-T")
     with pytest.raises(TypeError):
         generator_io(object())
     # BigCodeBench's reference program is a label too: it never reaches the environment references.

@@ -11,7 +11,7 @@ from pathlib import Path
 import dspy
 import pytest
 
-from dspy_hero.metrics.base import LABEL_FIELDS
+from dspy_hero.fields import LABEL_FIELDS
 from dspy_hero.tasks import bigcodebench, bird, cypherbench, dscodebench, spider
 from dspy_hero.tasks.hub import DataUnavailable, find_data_dir, hub_reachable, shared_benchmarks_dir
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group

@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dspy_hero.lm.usage import CountingHistory, Usage, track_usage, usage_of
+from dspy_hero.lm.usage import Usage, usage_of
+from dspy_hero.lm.usage import track_usage  # noqa: F401  (benchmarks/compare.py and hero_o_replay.py import it here)
 from dspy_hero.metrics.base import ExecutionMetric
 
-__all__ = ["CountingHistory", "CountingMetric", "Usage", "PhaseUsage", "track_usage", "usage_of"]
+__all__ = ["CountingMetric", "PhaseUsage"]
 
 
 class CountingMetric:
@@ -37,7 +38,8 @@ class CountingMetric:
 
 
 class PhaseUsage:
-    """Usage of several named LMs between `start()` and `stop()`; the same LM object is counted once."""
+    """Usage of several named LMs between `start()` and `stop()`, as differences of their meters'
+    totals (`dspy_hero.lm.usage`); the same LM object is counted once. It counts nothing itself."""
 
     def __init__(self, **lms: Any):
         self.lms = lms
@@ -54,7 +56,5 @@ class PhaseUsage:
             if lm is None or id(lm) in seen:
                 continue
             seen.add(id(lm))
-            now, then = usage_of(lm), self._start.get(name, Usage())
-            out[name] = Usage(now.calls - then.calls, now.input_tokens - then.input_tokens,
-                              now.output_tokens - then.output_tokens).to_dict()
+            out[name] = (usage_of(lm) - self._start.get(name, Usage())).to_dict()
         return out

@@ -30,8 +30,8 @@ import threading
 from typing import Any, Self
 
 from dspy_hero.diagnosis.facts import Category, CategoryCount, Diagnosis, Fact, count_categories
-from dspy_hero.diagnosis.fields import environment_fields, language_of, program_text
 from dspy_hero.execution.base import TIMEOUT, Environment, Execution, failed
+from dspy_hero.fields import environment_fields, language_of, program_text
 
 __all__ = [
     "Category",

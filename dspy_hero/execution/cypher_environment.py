@@ -22,7 +22,7 @@ from typing import Any, Self
 from dspy_hero.execution.base import SYNTAX, Execution, ProbeResult
 from dspy_hero.execution.cypher_graphs import quote_name
 from dspy_hero.execution.falkordb_executor import FalkorDBExecutor
-from dspy_hero.execution.neo4j_executor import Neo4jExecutor
+from dspy_hero.execution.neo4j_executor import Neo4jExecutor, Neo4jSettings
 from dspy_hero.text import extract_code
 
 __all__ = ["CypherEnvironment", "default_engine", "graph_schema_text", "resolve_graph"]
@@ -34,8 +34,8 @@ _TYPE_FUNCTIONS = ("typeOf", "valueType")  # FalkorDB, Neo4j 5
 
 
 def neo4j_configured() -> bool:
-    """Whether a Neo4j server is configured (HERO_NEO4J_URI): the one place that reads it."""
-    return bool(os.environ.get("HERO_NEO4J_URI"))
+    """Whether a Neo4j server is configured (HERO_NEO4J_URI, read by `Neo4jSettings.from_env`)."""
+    return Neo4jSettings.from_env() is not None
 
 
 def default_engine(timeout_s: float = 120.0, max_rows: int = 100_000) -> Any:

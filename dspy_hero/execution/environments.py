@@ -1,7 +1,8 @@
 """Build the HERO-T environment an instance needs, from its environment references alone.
 
-Dispatch is on fields, never on labels: ``db_path`` -> SQLite, ``graph`` -> Cypher, ``prompt`` /
-``code_prompt`` / ``entry_point`` -> the Python sandbox. Engine modules are imported only when an
+Dispatch is on the environment fields of the field contract (`dspy_hero.fields.environment_kind`),
+never on labels: ``db_path`` -> SQLite, ``graph`` -> Cypher, ``prompt`` / ``code_prompt`` /
+``entry_point`` -> the Python sandbox. Engine modules are imported only when an
 instance needs them, so SQL users never load the graph or sandbox stacks.
 """
 
@@ -12,31 +13,7 @@ from collections import OrderedDict
 from typing import Any
 
 from dspy_hero.execution.base import Environment
-
-_PYTHON_FIELDS = ("prompt", "code_prompt", "entry_point")
-
-
-def _field(obj: Any, name: str) -> Any:
-    # Local copy of the label-safe reader (execution must not import the refine package).
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    getter = getattr(obj, "get", None)
-    if callable(getter) and hasattr(obj, "_store"):  # dspy.Example
-        return getter(name)
-    return getattr(obj, name, None)
-
-
-def environment_kind(example_or_inputs: Any) -> str | None:
-    """'sql', 'cypher', 'python' or None, from which environment references are present."""
-    if _field(example_or_inputs, "db_path"):
-        return "sql"
-    if _field(example_or_inputs, "graph"):
-        return "cypher"
-    if any(_field(example_or_inputs, f) for f in _PYTHON_FIELDS):
-        return "python"
-    return None
+from dspy_hero.fields import PYTHON_TASK_FIELDS, environment_kind, get_field
 
 
 def environment_key(example_or_inputs: Any) -> tuple | None:
@@ -47,9 +24,9 @@ def environment_key(example_or_inputs: Any) -> tuple | None:
     """
     kind = environment_kind(example_or_inputs)
     if kind == "sql":
-        return ("sql", str(_field(example_or_inputs, "db_path")))
+        return ("sql", str(get_field(example_or_inputs, "db_path")))
     if kind == "cypher":
-        return ("cypher", str(_field(example_or_inputs, "graph")), str(_field(example_or_inputs, "graph_source") or ""))
+        return ("cypher", str(get_field(example_or_inputs, "graph")), str(get_field(example_or_inputs, "graph_source") or ""))
     return None
 
 
@@ -64,19 +41,19 @@ def environment_for(example_or_inputs: Any, **options: Any) -> Environment:
     if kind == "sql":
         from dspy_hero.execution.sqlite_environment import SQLiteEnvironment
 
-        return SQLiteEnvironment(str(_field(example_or_inputs, "db_path")), **options)
+        return SQLiteEnvironment(str(get_field(example_or_inputs, "db_path")), **options)
     if kind == "cypher":
         from dspy_hero.execution.cypher_environment import CypherEnvironment
 
-        source = _field(example_or_inputs, "graph_source") or None
-        engine = options.pop("engine", None) or _field(example_or_inputs, "engine")
+        source = get_field(example_or_inputs, "graph_source") or None
+        engine = options.pop("engine", None) or get_field(example_or_inputs, "engine")
         if engine is not None:
             options["engine"] = engine
-        return CypherEnvironment(graph=str(_field(example_or_inputs, "graph")), graph_source=source, **options)
+        return CypherEnvironment(graph=str(get_field(example_or_inputs, "graph")), graph_source=source, **options)
     if kind == "python":
         from dspy_hero.execution.python_environment import PythonEnvironment
 
-        refs = {f: _field(example_or_inputs, f) for f in _PYTHON_FIELDS}
+        refs = {f: get_field(example_or_inputs, f) for f in PYTHON_TASK_FIELDS}
         return PythonEnvironment(**{k: v for k, v in refs.items() if v is not None}, **options)
     raise ValueError(
         "cannot build a HERO-T environment: the instance has none of db_path (SQLite), graph (Cypher) or "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Self
 
 from dspy_hero.execution.base import (
@@ -24,7 +26,33 @@ from dspy_hero.execution.base import (
 )
 from dspy_hero.execution.cypher_common import BoundCypherExecutor, normalize_result, prepare_query
 
-__all__ = ["Neo4jExecutor"]
+__all__ = ["Neo4jExecutor", "Neo4jSettings"]
+
+
+@dataclass(frozen=True)
+class Neo4jSettings:
+    """Where a Neo4j server is and how to log in. `from_env` is the one place dspy-hero reads the
+    HERO_NEO4J_* variables (the metric, the environment and the executor all ask it)."""
+
+    uri: str
+    user: str | None = None
+    password: str = ""
+    database: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Neo4jSettings | None:
+        """From HERO_NEO4J_URI, HERO_NEO4J_USER, HERO_NEO4J_PASSWORD and HERO_NEO4J_DATABASE; None
+        when no URI is set (then the embedded FalkorDB engine serves Cypher)."""
+        env = os.environ if environ is None else environ
+        uri = env.get("HERO_NEO4J_URI")
+        if not uri:
+            return None
+        return cls(uri, env.get("HERO_NEO4J_USER") or None, env.get("HERO_NEO4J_PASSWORD", ""),
+                   env.get("HERO_NEO4J_DATABASE") or None)
+
+    @property
+    def auth(self) -> tuple[str, str] | None:
+        return (self.user, self.password) if self.user else None
 
 
 def _neo4j_error_type(exc: Exception) -> str:
@@ -83,14 +111,13 @@ class Neo4jExecutor:
 
     @classmethod
     def from_env(cls, **kwargs: Any) -> Neo4jExecutor:
-        """Configured from HERO_NEO4J_URI, HERO_NEO4J_USER, HERO_NEO4J_PASSWORD (and HERO_NEO4J_DATABASE)."""
-        uri = os.environ.get("HERO_NEO4J_URI")
-        if not uri:
+        """Configured from HERO_NEO4J_URI, HERO_NEO4J_USER, HERO_NEO4J_PASSWORD (and HERO_NEO4J_DATABASE),
+        read by `Neo4jSettings.from_env`."""
+        settings = Neo4jSettings.from_env()
+        if settings is None:
             raise ValueError("HERO_NEO4J_URI is not set")
-        user = os.environ.get("HERO_NEO4J_USER")
-        auth = (user, os.environ.get("HERO_NEO4J_PASSWORD", "")) if user else None
-        kwargs.setdefault("database", os.environ.get("HERO_NEO4J_DATABASE") or None)
-        return cls(uri, auth=auth, **kwargs)
+        kwargs.setdefault("database", settings.database)
+        return cls(settings.uri, auth=settings.auth, **kwargs)
 
     def close(self) -> None:
         self._driver.close()

@@ -14,6 +14,7 @@ _EXPORTS = {
     "ProgramAdapter": "dspy_hero.lm.adapter",
     "program_adapter": "dspy_hero.lm.adapter",
     "Usage": "dspy_hero.lm.usage",
+    "UsageMeter": "dspy_hero.lm.usage",
     "track_usage": "dspy_hero.lm.usage",
     "usage_of": "dspy_hero.lm.usage",
     "install_model_pack": "dspy_hero.lm.model_pack",

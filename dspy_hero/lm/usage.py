@@ -1,8 +1,13 @@
-"""Exact LM call and token totals, however long the run.
+"""LM calls and tokens: one record (`Usage`) and one meter (`UsageMeter`), however long the run.
+
+Every count of LM usage in dspy-hero goes through these two: the rollout engine and the reflection
+step of HERO-O (the meter as a ``dspy.settings.usage_tracker``), the journaled reflection LM, an LM's
+whole-life totals (`track_usage`), an evaluation's and a benchmark phase's deltas (`Usage` minus
+`Usage`), and the result files (`Usage.to_dict`: ``calls``, ``input_tokens``, ``output_tokens``).
 
 DSPy keeps each LM's calls in `lm.history` but caps that list (10,000 entries by default), so
-counting it under-reports long optimizations and evaluations. `track_usage(lm)` swaps in a list that
-keeps running totals of every entry ever appended; `usage_of(lm)` reads them.
+counting it under-reports long optimizations and evaluations. `track_usage(lm)` swaps in a list whose
+meter counts every entry ever appended; `usage_of(lm)` reads it.
 """
 
 from __future__ import annotations
@@ -11,43 +16,101 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
+__all__ = ["CountingHistory", "Usage", "UsageMeter", "token_counts", "track_usage", "usage_of"]
 
-@dataclass
+
+@dataclass(frozen=True)
 class Usage:
+    """LM calls and tokens: a total, or the difference of two totals."""
+
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
 
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.calls + other.calls, self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(self.calls + other.calls, self.input_tokens + other.input_tokens,
+                     self.output_tokens + other.output_tokens)
+
+    def __sub__(self, other: Usage) -> Usage:
+        return Usage(self.calls - other.calls, self.input_tokens - other.input_tokens,
+                     self.output_tokens - other.output_tokens)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        data = data or {}
+        return cls(int(data.get("calls", 0)), int(data.get("input_tokens", 0)), int(data.get("output_tokens", 0)))
 
-def _entry_usage(entry: Any) -> tuple[int, int]:
-    usage = (entry.get("usage") if isinstance(entry, dict) else None) or {}
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+def token_counts(usage: Any) -> tuple[int, int]:
+    """(input, output) tokens of one call's usage: LiteLLM's dict (prompt_tokens / completion_tokens),
+    a dict or object with input_tokens / output_tokens, or nothing (0, 0)."""
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        if hasattr(usage, "input_tokens"):
+            return int(getattr(usage, "input_tokens", 0) or 0), int(getattr(usage, "output_tokens", 0) or 0)
+        try:
+            usage = dict(usage)
+        except (TypeError, ValueError):
+            return 0, 0
+    inp = usage.get("prompt_tokens", usage.get("input_tokens", 0))
+    out = usage.get("completion_tokens", usage.get("output_tokens", 0))
+    return int(inp or 0), int(out or 0)
+
+
+class UsageMeter:
+    """Thread-safe running totals of LM calls and tokens; `total` is the `Usage` so far.
+
+    It is a ``dspy.settings.usage_tracker`` (DSPy calls `add_usage` once per LM call made inside
+    ``dspy.context(usage_tracker=meter)``), and it sums recorded usage with `add` (a replayed call, a
+    cached rollout, the usage of a sub-step).
+    """
+
+    def __init__(self, start: Usage | None = None) -> None:
+        self._total = start or Usage()
+        self._lock = threading.Lock()
+
+    def add_usage(self, model: str | None, usage: Any) -> None:
+        """One LM call with its token usage (DSPy's usage-tracker protocol)."""
+        inp, out = token_counts(usage)
+        self.add(Usage(1, inp, out))
+
+    def add(self, usage: Usage) -> None:
+        with self._lock:
+            self._total = self._total + usage
+
+    @property
+    def total(self) -> Usage:
+        with self._lock:
+            return self._total
 
 
 class CountingHistory(list):
-    """An LM history list that keeps running totals of every entry ever appended.
+    """An LM history list whose meter counts every entry ever appended.
 
     DSPy caps each LM's history (``max_history_size``, 10,000 by default) by popping old entries, so
-    counting the list undercounts long runs; these totals never shrink.
+    counting the list undercounts long runs; the meter never shrinks.
     """
 
     def __init__(self, entries: Any = ()):
         super().__init__(entries)
-        self._lock = threading.Lock()
-        self.total = Usage()
+        self.meter = UsageMeter()
         for entry in self:
             self._count(entry)
 
     def _count(self, entry: Any) -> None:
-        tin, tout = _entry_usage(entry)
-        with self._lock:
-            self.total = Usage(self.total.calls + 1, self.total.input_tokens + tin, self.total.output_tokens + tout)
+        self.meter.add_usage(None, entry.get("usage") if isinstance(entry, dict) else None)
+
+    @property
+    def total(self) -> Usage:
+        return self.meter.total
 
     def append(self, entry: Any) -> None:
         self._count(entry)
@@ -66,9 +129,7 @@ def usage_of(lm: Any) -> Usage:
     history = getattr(lm, "history", None) or []
     if isinstance(history, CountingHistory):
         return history.total
-    total = Usage(calls=len(history))
+    meter = UsageMeter()
     for entry in list(history):
-        tin, tout = _entry_usage(entry)
-        total.input_tokens += tin
-        total.output_tokens += tout
-    return total
+        meter.add_usage(None, entry.get("usage") if isinstance(entry, dict) else None)
+    return meter.total

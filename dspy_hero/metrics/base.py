@@ -1,33 +1,10 @@
-"""What all execution metrics share: the Verdict record, the DSPy metric calling convention, code
-extraction from LM output, and the field conventions examples follow.
+"""What all execution metrics share: the Verdict record, the DSPy metric calling convention (how a
+2/3/5-argument metric is called and how its float / bool / Prediction / dict result is read: one
+`normalize_metric_output` behind `MetricAdapter`, `score_of` and `feedback_of`), code
+extraction from LM output, and which of an example's fields a program is called with.
 
-Field conventions (the contract between tasks, metrics, HERO-O and HERO-T):
-
-=========  =======================================================  ================
-language   example fields (inputs first, then labels)               prediction field
-=========  =======================================================  ================
-SQL        question, [db_schema], [evidence], db_id, db_path |       ``sql``
-           gold_sql
-Cypher     question, [graph_schema], graph (a graph name or a file path  ``cypher``
-           the engine loads) | gold_cypher
-Python     prompt, [code_prompt], entry_point | test_code            ``code``
-           (unit tests, BigCodeBench semantics) or
-           prompt, [code_prompt] | ground_truth_code, test_script
-           (output comparison, DSCodeBench semantics)
-=========  =======================================================  ================
-
-Environment references (``db_path``, ``db_id``, ``graph``, ``graph_source``, ``engine``,
-``entry_point``, ``code_prompt``) need not be marked as inputs: metrics and environments read them from
-the whole example, and HERO-O, HERO-T and `evaluate_program` pass a program only the inputs it accepts
-(`program_inputs`: its forward's parameters or its predictors' signature inputs, plus any environment
-reference it names). They may still be marked, so that a plain `dspy.Evaluate` passes them to HERO-T.
-
-The prediction field is the language's default above; every metric factory takes
-``prediction_field=`` for a program whose output is named otherwise (``query``, ``answer``, ...).
-
-Labels (``gold_sql``, ``gold_cypher``, ``test_code``, ``ground_truth_code``, ``test_script``,
-``canonical_solution``) must not
-be marked as inputs: DSPy programs never see them, HERO-T never reads them.
+The example-field contract (input, environment and label fields per language, the prediction
+field, and the one field reader) is `dspy_hero.fields`.
 
 Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` reports 0-100.
 """
@@ -35,6 +12,7 @@ Scores are in [0, 1] everywhere in dspy-hero (as for GEPA); `dspy.Evaluate` repo
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import threading
 from collections import OrderedDict
@@ -44,13 +22,8 @@ from typing import Any
 
 import dspy
 
+from dspy_hero.fields import ENVIRONMENT_FIELDS, LABEL_FIELDS, PREDICTION_FIELDS, get_field
 from dspy_hero.text import FENCED_BLOCK, extract_code  # noqa: F401  (re-exported: metrics read programs this way)
-
-PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
-# Labels: never LM inputs, never read by HERO-T. canonical_solution is BigCodeBench's reference program.
-LABEL_FIELDS = ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution")
-# Fields that locate an environment: passed to a program that names them even when not marked as inputs.
-ENVIRONMENT_REFERENCES = ("db_path", "db_id", "graph", "graph_source", "engine", "entry_point", "code_prompt")
 
 
 @dataclass(frozen=True)
@@ -210,42 +183,18 @@ def program_inputs(program: Any, example: Any, names: tuple[str, ...] | None | s
             continue
         if name in marked:
             out[name] = marked[name]
-        elif name in ENVIRONMENT_REFERENCES and _get(example, name) is not None:
-            out[name] = _get(example, name)
+        elif name in ENVIRONMENT_FIELDS and get_field(example, name) is not None:
+            out[name] = get_field(example, name)
     return out
-
-
-def label_inputs(example: Any) -> list[str]:
-    """The label fields an example marks as inputs (they would reach the program and the reflector)."""
-    try:
-        keys = example.inputs().keys()
-    except Exception:
-        return []
-    return [k for k in keys if k in LABEL_FIELDS]
 
 
 def require_fields(example: Any, fields: tuple[str, ...], metric_name: str) -> None:
     """Fail with a clear message when an example lacks what the metric needs."""
-    missing = [f for f in fields if _get(example, f) is None]
+    missing = [f for f in fields if get_field(example, f) is None]
     if missing:
         raise KeyError(
-            f"{metric_name} needs example field(s) {missing}; see dspy_hero.metrics.base for the conventions"
+            f"{metric_name} needs example field(s) {missing}; see dspy_hero.fields for the conventions"
         )
-
-
-def _get(example: Any, name: str) -> Any:
-    if isinstance(example, dict):
-        return example.get(name)
-    try:
-        return example[name] if name in example else getattr(example, name, None)
-    except Exception:
-        return getattr(example, name, None)
-
-
-def get_field(example: Any, name: str, default: Any = None) -> Any:
-    """Read a field from a dspy.Example, a dict or an object; `default` when absent."""
-    value = _get(example, name)
-    return default if value is None else value
 
 
 JudgeFn = Callable[[Any, Any], Verdict]
@@ -297,25 +246,91 @@ class ExecutionMetric:
         return f"ExecutionMetric({self.__name__!r}, language={self.language!r})"
 
 
-def score_of(result: Any) -> float:
-    """The score of any metric result: float, bool, Prediction(score=...) or dict."""
-    if isinstance(result, (int, float)):
-        return float(result)
-    if isinstance(result, dict):
-        return float(result.get("score", 0.0))
-    score = getattr(result, "score", None)
-    if score is None:
+# --- the metric calling convention --------------------------------------------------------------
+
+
+class MetricError(ValueError):
+    """The metric is unusable: wrong signature, wrong return type, or a score outside [0, 1]."""
+
+
+class MetricAdapter:
+    """Calls a DSPy/GEPA metric the way it was written and normalizes what it returns.
+
+    Accepts 2-argument ``(gold, pred)``, 3-argument ``(gold, pred, trace)`` and GEPA's 5-argument
+    ``(gold, pred, trace, pred_name, pred_trace)`` metrics, found by binding the signature (most
+    arguments first). Returns may be a float/int/bool, a ``dspy.Prediction(score=, feedback=)``, or a
+    dict with ``score`` (and optionally ``feedback``).
+    """
+
+    def __init__(self, metric: Callable[..., Any]):
+        if not callable(metric):
+            raise MetricError(f"metric must be callable, got {type(metric).__name__}")
+        self.metric = metric
+        self.arity = _arity(metric)
+
+    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None) -> tuple[float, str | None]:
+        if self.arity == 5:
+            out = self.metric(gold, pred, trace, pred_name, pred_trace)
+        elif self.arity == 3:
+            out = self.metric(gold, pred, trace)
+        else:
+            out = self.metric(gold, pred)
+        return normalize_metric_output(out)
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 5
+    for n in (5, 3, 2):
         try:
-            score = result["score"]
-        except Exception as exc:
-            raise TypeError(f"metric returned {type(result).__name__}, expected a float or a score") from exc
-    return float(score)
+            sig.bind(*([None] * n))
+            return n
+        except TypeError:
+            continue
+    raise MetricError(
+        f"metric {getattr(fn, '__name__', fn)!r} must accept (gold, pred), (gold, pred, trace) or "
+        "(gold, pred, trace, pred_name, pred_trace)"
+    )
+
+
+def normalize_metric_output(out: Any) -> tuple[float, str | None]:
+    """(score, feedback) from any supported metric return value; MetricError if unusable."""
+    feedback = None
+    if isinstance(out, (bool, int, float)):
+        score = float(out)
+    elif isinstance(out, dict):
+        if "score" not in out:
+            raise MetricError(f"metric returned a dict without 'score': keys {sorted(out)}")
+        score, feedback = out["score"], out.get("feedback")
+    elif hasattr(out, "score"):
+        score, feedback = out.score, getattr(out, "feedback", None)
+    else:
+        raise MetricError(
+            f"metric returned {type(out).__name__}; expected a float, a bool, "
+            "dspy.Prediction(score=..., feedback=...) or a dict with 'score'"
+        )
+    try:
+        score = float(score)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"metric score {score!r} is not a number") from exc
+    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+        raise MetricError(
+            f"metric returned score {score!r}; dspy-hero (like GEPA) needs scores in [0, 1]. "
+            "Rescale the metric (dspy.Evaluate's 0-100 percentages are not metric scores)."
+        )
+    return score, (None if feedback is None else str(feedback))
+
+
+def score_of(result: Any) -> float:
+    """The score of any metric result (`normalize_metric_output`); MetricError if unusable."""
+    return normalize_metric_output(result)[0]
 
 
 def feedback_of(result: Any) -> str | None:
-    if isinstance(result, dict):
-        return result.get("feedback")
-    return getattr(result, "feedback", None)
+    """The feedback of any metric result, None when it has none (`normalize_metric_output`)."""
+    return normalize_metric_output(result)[1]
 
 
 class LRUCache:

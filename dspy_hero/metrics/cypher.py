@@ -37,12 +37,12 @@ from typing import Any
 from dspy_hero.execution.base import EMPTY_PROGRAM, ENVIRONMENT, Execution
 from dspy_hero.execution.cypher_graphs import code_skeleton
 from dspy_hero.execution.cypher_environment import default_engine, ensure_loaded, neo4j_configured, resolve_graph
+from dspy_hero.fields import get_field
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     LRUCache,
     Verdict,
     extract_code,
-    get_field,
     prediction_text,
     require_fields,
 )

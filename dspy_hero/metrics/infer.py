@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dspy_hero.metrics.base import ExecutionMetric, get_field
+from dspy_hero.fields import get_field
+from dspy_hero.metrics.base import ExecutionMetric
 
 
 def infer_language(examples: Sequence[Any]) -> str:

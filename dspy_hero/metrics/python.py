@@ -17,11 +17,11 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, TIMEOUT, Execution
 from dspy_hero.execution.python import TAMPERED, PythonSandbox
+from dspy_hero.fields import get_field
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     Verdict,
     extract_code,
-    get_field,
     prediction_text,
     require_fields,
 )

@@ -25,12 +25,12 @@ from typing import Any
 
 from dspy_hero.execution.base import EMPTY_PROGRAM, Execution
 from dspy_hero.execution.sqlite import SQLiteExecutor, Watchdog
+from dspy_hero.fields import get_field
 from dspy_hero.metrics.base import (
     ExecutionMetric,
     LRUCache,
     Verdict,
     extract_code,
-    get_field,
     prediction_text,
     require_fields,
 )

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_hero.execution.sqlite import SQLiteExecutor, Watchdog
-from dspy_hero.metrics.base import extract_code, get_field, prediction_text, require_fields
+from dspy_hero.fields import get_field
+from dspy_hero.metrics.base import extract_code, prediction_text, require_fields
 from dspy_hero.metrics.compare import bird_equal
 
 logger = logging.getLogger(__name__)

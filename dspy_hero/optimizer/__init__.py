@@ -12,7 +12,6 @@ _EXPORTS = {
     "HeroResult": "dspy_hero.optimizer.result",
     "RoundRecord": "dspy_hero.optimizer.result",
     "CandidateRecord": "dspy_hero.optimizer.result",
-    "LMUsage": "dspy_hero.optimizer.result",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -157,7 +157,7 @@ def journaled_lm(inner: Any, journal: Journal, prefix: str) -> Any:
     import dspy
     from dspy.clients.base_lm import BaseLM
 
-    from dspy_hero.optimizer.rollout import UsageMeter
+    from dspy_hero.lm.usage import Usage, UsageMeter
 
     class _Journaled(BaseLM):
         def __init__(self) -> None:  # no BaseLM.__init__: every other attribute comes from `inner`
@@ -181,10 +181,10 @@ def journaled_lm(inner: Any, journal: Journal, prefix: str) -> Any:
                 with dspy.context(usage_tracker=meter):
                     outputs = self._inner(prompt, messages=messages, **kwargs)
                 rec = {"outputs": json.loads(json.dumps(outputs, default=str)),
-                       "usage": [meter.calls, meter.input_tokens, meter.output_tokens]}
+                       "usage": [meter.total.calls, meter.total.input_tokens, meter.total.output_tokens]}
                 journal.record_reflection(key, rec)
             if isinstance(outer, UsageMeter):
-                outer.add(*rec["usage"])
+                outer.add(Usage(*rec["usage"]))
             return rec["outputs"]
 
     return _Journaled()

@@ -35,13 +35,11 @@ from typing import Any, Protocol
 import dspy
 
 from dspy_hero.diagnosis import CategoryCount, Diagnoser, Diagnosis, count_categories
-from dspy_hero.diagnosis.fields import environment_fields, is_environment_reference, language_of, program_text
+from dspy_hero.fields import GROUP_FIELDS, environment_fields, is_locator, language_of, program_text, reference_program
 from dspy_hero.text import approx_tokens
 
 logger = logging.getLogger("dspy_hero.optimizer")
 
-# The reference program of a TRAINING case, per language (only read with training_references=True).
-REFERENCE_FIELDS = {"sql": "gold_sql", "cypher": "gold_cypher"}
 DEFAULT_CONTEXT_WINDOW = 8192  # assumed (with a warning) when the reflection LM's window is unknown
 MAX_EVIDENCE_TOKENS = 60_000  # 32 + 32 cases fit with room to spare; more only costs
 PROMPT_OVERHEAD_TOKENS = 1500  # reflection instructions, current rules, rejected edits, adapter framing
@@ -129,7 +127,7 @@ def build_cases(
         labels = {k: str(v) for k, v in ex.labels().items()}
         feedback = r.predictor_feedback.get(predictor) or r.feedback
         lang = language or language_of(ex, program)
-        reference = labels.get(REFERENCE_FIELDS.get(lang or "", "")) if training_references else None
+        reference = reference_program(labels, lang) if training_references else None  # a TRAINING case's
         cases.append(Case(cid, r.example_id, passed, r.score, inputs, program, feedback, pred_inputs, labels, r.error,
                           lang, None, environment_fields(ex), reference))
     if diagnose:
@@ -389,7 +387,7 @@ class DefaultEvidenceRenderer:
         repeated: set[str] = set()
         for case in cases:
             for name, value in case.inputs.items():
-                if is_environment_reference(name):
+                if is_locator(name):
                     continue
                 if value in seen.setdefault(name, set()) and len(value) >= self.context_min_chars:
                     repeated.add(name)
@@ -399,7 +397,7 @@ class DefaultEvidenceRenderer:
         return [n for n in names if n in repeated or n in self.context_fields]
 
     def _group_label(self, case: Case) -> str:
-        for ref in ("db_id", "graph"):
+        for ref in GROUP_FIELDS:
             value = case.inputs.get(ref) or case.environment.get(ref)
             if value:
                 return f"{ref}: {value}"
@@ -442,7 +440,7 @@ class DefaultEvidenceRenderer:
         lines = [f"### Case {case.case_id} ({status}, score {case.score:.2f}{where})", "Inputs:"]
         shared = {n for n, _ in group.fields} if group is not None else set()
         lines += [f"  {k}: {self._cut(v)}" for k, v in case.inputs.items()
-                  if not is_environment_reference(k) and k not in shared]
+                  if not is_locator(k) and k not in shared]
         step = {k: v for k, v in case.predictor_inputs.items() if k not in shared}
         if step:
             lines.append("Inputs to this step:")

@@ -21,7 +21,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from dspy_hero.optimizer.budget import resolve_budget
 from dspy_hero.optimizer.reflection import GepaProposerAdapter
-from dspy_hero.optimizer.rollout import MetricAdapter
+from dspy_hero.metrics.base import MetricAdapter
 from dspy_hero.optimizer.mlflow_log import log_compile
 from dspy_hero.optimizer.run import HeroRun, Overrides, default_proposer
 from dspy_hero.optimizer.settings import HeroSettings

@@ -5,14 +5,21 @@ of short rules learned from execution evidence. Why: a reflection model (especia
 that rewrites the whole prompt tends to paraphrase it or drift from the task's meaning; editing a
 rule list keeps every candidate well-formed, keeps the task definition fixed, and makes each
 candidate a small, inspectable diff that the memorization guard can check in isolation.
+
+`build_variant` makes the program a set of instructions describes (one copy per prompt variant).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dspy
 
 RULES_HEADER = "Rules learned from execution evidence:"
 
@@ -109,3 +116,21 @@ def instructions_key(instructions: dict[str, str]) -> str:
     journal key for its rollouts."""
     blob = json.dumps(sorted(instructions.items()), ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def build_variant(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
+    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched).
+
+    LMs set on the student's predictors are shared, not copied: a variant must call the same model
+    (and engine) the user configured, and LM objects are not meant to be deep-copied.
+    """
+    lms = {id(p.lm): p.lm for _, p in student.named_predictors() if p.lm is not None}
+    try:
+        program = copy.deepcopy(student, dict(lms))
+    except Exception:  # modules holding uncopyable state: DSPy's own attribute-wise copy
+        program = student.deepcopy()
+    for (name, predictor), (_, original) in zip(program.named_predictors(), student.named_predictors()):
+        predictor.lm = original.lm
+        if name in instructions:
+            predictor.signature = predictor.signature.with_instructions(instructions[name])
+    return program

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from dspy_hero.metrics.base import get_field
+from dspy_hero.fields import get_field
 
 logger = logging.getLogger("dspy_hero.optimizer")
 

@@ -30,7 +30,7 @@ from typing import Any
 import dspy
 
 from dspy_hero.diagnosis import Category
-from dspy_hero.diagnosis.fields import is_environment_reference
+from dspy_hero.fields import is_locator
 from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
 
@@ -156,7 +156,7 @@ def _render_case(case: Any, max_chars: int, omit: set[str] = frozenset()) -> str
         return text if len(text) <= max_chars else text[:max_chars] + " ..."
 
     lines = [f"{k}: {cut(v) if k not in omit else '(shared by several cases; omitted)'}"
-             for k, v in case.inputs.items() if not is_environment_reference(k)]
+             for k, v in case.inputs.items() if not is_locator(k)]
     lines += [f"generated {k}: {cut(v)}" for k, v in case.program.items() if k != "raw_output"]
     lines.append(f"execution feedback: {cut(case.feedback)}")
     diag = getattr(case, "diagnosis", None)

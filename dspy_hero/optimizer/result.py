@@ -43,12 +43,30 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from dspy_hero.files import write_json_atomic
+from dspy_hero.lm.usage import Usage
 from dspy_hero.optimizer.acceptance import Decision
 from dspy_hero.optimizer.archive import ArchiveEntry
+
+
+class CandidateStatus(StrEnum):
+    """Where a candidate's life ended (or stands). The why is `CandidateRecord.reason`, never the status.
+
+    A StrEnum, so result JSON keeps the plain words ("adopted", ...) it always had."""
+
+    PROPOSED = "proposed"  # built, not yet judged by the builder
+    DROPPED = "dropped"  # unusable edit (uncited, not a rule, over the limits)
+    DUPLICATE = "duplicate"  # same prompt as the current one, a queued one, or one already rejected
+    BLOCKED = "blocked"  # the memorization guard refused it
+    SKIPPED = "skipped"  # beyond num_candidates, or the round's budget cannot test it well
+    QUEUED = "queued"  # waiting for the acceptance test
+    ACCEPTED = "accepted"  # passed the acceptance test
+    REJECTED = "rejected"  # failed the acceptance test
+    ADOPTED = "adopted"  # became the current prompt
 
 
 @dataclass
@@ -60,9 +78,25 @@ class CandidateRecord:
     cites: list[str] = field(default_factory=list)
     guard_allowed: bool | None = None
     guard_reason: str = ""
-    status: str = ""  # dropped / blocked / duplicate / queued / accepted / rejected / adopted / skipped
+    status: CandidateStatus = CandidateStatus.PROPOSED
     decision: Decision | None = None
     focus: str = ""  # the failure category of the evidence slice it was proposed from ("" = all evidence)
+    reason: str = ""  # why it was dropped, skipped or marked a duplicate ("" when the status says all)
+
+    def mark(self, status: CandidateStatus, reason: str = "") -> None:
+        self.status, self.reason = status, reason
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CandidateRecord:
+        """A record from result JSON, including files written before statuses were typed, whose
+        status held the reason after a colon ("dropped: <why>")."""
+        data = dict(data)
+        if data.get("decision") is not None:
+            data["decision"] = Decision(**data["decision"])
+        status, _, why = str(data.get("status") or CandidateStatus.PROPOSED.value).partition(":")
+        data["status"] = CandidateStatus(status.strip())
+        data["reason"] = data.get("reason") or why.strip()
+        return cls(**data)
 
 
 @dataclass
@@ -98,17 +132,6 @@ def lineage_row(entry_id: str, round_no: int, decision: Decision, parent: dict[s
 
 
 @dataclass
-class LMUsage:
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass
 class HeroResult:
     budget: int = 0
     total_metric_calls: int = 0  # program rollouts, each with one metric evaluation
@@ -132,8 +155,8 @@ class HeroResult:
     held_out_breaks: int = 0
     held_out_n: int = 0
     feedback_metric_calls: int = 0  # extra per-predictor metric executions (5-argument metrics), in the budget
-    task_lm: LMUsage = field(default_factory=LMUsage)
-    reflection_lm: LMUsage = field(default_factory=LMUsage)
+    task_lm: Usage = field(default_factory=Usage)
+    reflection_lm: Usage = field(default_factory=Usage)
     tokens_per_optimization_call: float | None = None
     final_prompt_tokens: int = 0
     replayed_metric_calls: int = 0
@@ -175,18 +198,12 @@ class HeroResult:
         rounds = []
         for r in data.get("rounds", []):
             r = dict(r)
-            cands = []
-            for c in r.get("candidates", []):
-                c = dict(c)
-                if c.get("decision") is not None:
-                    c["decision"] = Decision(**c["decision"])
-                cands.append(CandidateRecord(**c))
-            r["candidates"] = cands
+            r["candidates"] = [CandidateRecord.from_dict(c) for c in r.get("candidates", [])]
             rounds.append(RoundRecord(**r))
         data["rounds"] = rounds
         data["archive"] = [ArchiveEntry(**a) for a in data.get("archive", [])]
-        data["task_lm"] = LMUsage(**data.get("task_lm", {}))
-        data["reflection_lm"] = LMUsage(**data.get("reflection_lm", {}))
+        data["task_lm"] = Usage.from_dict(data.get("task_lm"))
+        data["reflection_lm"] = Usage.from_dict(data.get("reflection_lm"))
         data.pop("best_candidate", None)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

@@ -22,16 +22,16 @@ rollouts, not the budget. A pass, or a failure of another kind, ends the streak.
 Inputs: a program is called with `program_inputs` (its accepted inputs only, see metrics.base), so
 environment references need not be marked as inputs and no input reaches a program that does not
 declare it; the metric still sees the whole example.
+
+Neighbours: the metric is called through `metrics.base.MetricAdapter` (the calling convention), LM
+usage is counted by `lm.usage.UsageMeter`, and a variant's program is `instructions.build_variant`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextvars
-import copy
-import inspect
 import logging
-import math
 import threading
 import traceback
 from collections.abc import Callable
@@ -40,14 +40,13 @@ from typing import Any, Protocol
 
 import dspy
 
-from dspy_hero.metrics.base import program_input_names, program_inputs, unscorable_reason
+from dspy_hero.fields import GROUP_FIELDS, get_field
+from dspy_hero.lm.usage import Usage, UsageMeter
+from dspy_hero.metrics.base import MetricAdapter, MetricError, program_input_names, program_inputs, unscorable_reason
+from dspy_hero.optimizer.instructions import build_variant
 
 _MAX_FIELD_CHARS = 4000
 logger = logging.getLogger("dspy_hero.optimizer")
-
-
-class MetricError(ValueError):
-    """The metric is unusable: wrong signature, wrong return type, or a score outside [0, 1]."""
 
 
 class RolloutAbort(RuntimeError):
@@ -101,104 +100,6 @@ class FailFast:
                     f"examples' fields (max_errors={self.max_errors} sets how many such failures are tolerated).")
 
 
-class MetricAdapter:
-    """Calls a DSPy/GEPA metric the way it was written and normalizes what it returns.
-
-    Accepts 2-argument ``(gold, pred)``, 3-argument ``(gold, pred, trace)`` and GEPA's 5-argument
-    ``(gold, pred, trace, pred_name, pred_trace)`` metrics, found by binding the signature (most
-    arguments first). Returns may be a float/int/bool, a ``dspy.Prediction(score=, feedback=)``, or a
-    dict with ``score`` (and optionally ``feedback``).
-    """
-
-    def __init__(self, metric: Callable[..., Any]):
-        if not callable(metric):
-            raise MetricError(f"metric must be callable, got {type(metric).__name__}")
-        self.metric = metric
-        self.arity = _arity(metric)
-
-    def __call__(self, gold, pred, trace=None, pred_name=None, pred_trace=None) -> tuple[float, str | None]:
-        if self.arity == 5:
-            out = self.metric(gold, pred, trace, pred_name, pred_trace)
-        elif self.arity == 3:
-            out = self.metric(gold, pred, trace)
-        else:
-            out = self.metric(gold, pred)
-        return normalize_metric_output(out)
-
-
-def _arity(fn: Callable[..., Any]) -> int:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return 5
-    for n in (5, 3, 2):
-        try:
-            sig.bind(*([None] * n))
-            return n
-        except TypeError:
-            continue
-    raise MetricError(
-        f"metric {getattr(fn, '__name__', fn)!r} must accept (gold, pred), (gold, pred, trace) or "
-        "(gold, pred, trace, pred_name, pred_trace)"
-    )
-
-
-def normalize_metric_output(out: Any) -> tuple[float, str | None]:
-    """(score, feedback) from any supported metric return value; MetricError if unusable."""
-    feedback = None
-    if isinstance(out, (bool, int, float)):
-        score = float(out)
-    elif isinstance(out, dict):
-        if "score" not in out:
-            raise MetricError(f"metric returned a dict without 'score': keys {sorted(out)}")
-        score, feedback = out["score"], out.get("feedback")
-    elif hasattr(out, "score"):
-        score, feedback = out.score, getattr(out, "feedback", None)
-    else:
-        raise MetricError(
-            f"metric returned {type(out).__name__}; expected a float, a bool, "
-            "dspy.Prediction(score=..., feedback=...) or a dict with 'score'"
-        )
-    try:
-        score = float(score)
-    except (TypeError, ValueError) as exc:
-        raise MetricError(f"metric score {score!r} is not a number") from exc
-    if not math.isfinite(score) or not 0.0 <= score <= 1.0:
-        raise MetricError(
-            f"metric returned score {score!r}; HERO-O (like GEPA) needs scores in [0, 1]. "
-            "Rescale the metric (dspy.Evaluate's 0-100 percentages are not metric scores)."
-        )
-    return score, (None if feedback is None else str(feedback))
-
-
-class UsageMeter:
-    """A `dspy.settings.usage_tracker` that counts LM calls and tokens (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self._lock = threading.Lock()
-
-    def add_usage(self, model: str, usage: Any) -> None:
-        if hasattr(usage, "input_tokens") and not isinstance(usage, dict):
-            inp, outp = getattr(usage, "input_tokens", 0), getattr(usage, "output_tokens", 0)
-        else:
-            usage = dict(usage or {})
-            inp = usage.get("prompt_tokens", usage.get("input_tokens", 0))
-            outp = usage.get("completion_tokens", usage.get("output_tokens", 0))
-        with self._lock:
-            self.calls += 1
-            self.input_tokens += int(inp or 0)
-            self.output_tokens += int(outp or 0)
-
-    def add(self, calls: int, input_tokens: int, output_tokens: int) -> None:
-        with self._lock:
-            self.calls += calls
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-
-
 @dataclass
 class RolloutResult:
     """One scored rollout. `traces` maps predictor name -> list of {"inputs", "outputs"} calls;
@@ -228,7 +129,9 @@ class RolloutResult:
         return cls(**data)
 
 
-_PREFIX_FIELDS = ("db_id", "db_path", "graph_id", "schema", "db_schema", "graph_schema")
+# The group (dspy_hero.fields.GROUP_FIELDS), else the database file, else a schema text: examples
+# that share one share the long prompt prefix.
+_PREFIX_FIELDS = (*GROUP_FIELDS, "db_path", "db_schema", "graph_schema", "schema")
 
 
 def prefix_key(group_key: str | None) -> Callable[[Any], str]:
@@ -239,10 +142,7 @@ def prefix_key(group_key: str | None) -> Callable[[Any], str]:
 
     def key(example: Any) -> str:
         for name in fields:
-            try:
-                value = example.get(name) if hasattr(example, "get") else getattr(example, name, None)
-            except Exception:
-                value = None
+            value = get_field(example, name)
             if value is not None:
                 return str(value)
         return ""
@@ -268,24 +168,6 @@ def _fields(obj: Any) -> dict[str, str]:
         return {}
     items = obj.items() if hasattr(obj, "items") else [("output", obj)]
     return {str(k): _text(v) for k, v in items}
-
-
-def build_variant(student: dspy.Module, instructions: dict[str, str]) -> dspy.Module:
-    """A deep copy of `student` whose predictors carry `instructions` (the student is untouched).
-
-    LMs set on the student's predictors are shared, not copied: a variant must call the same model
-    (and engine) the user configured, and LM objects are not meant to be deep-copied.
-    """
-    lms = {id(p.lm): p.lm for _, p in student.named_predictors() if p.lm is not None}
-    try:
-        program = copy.deepcopy(student, dict(lms))
-    except Exception:  # modules holding uncopyable state: DSPy's own attribute-wise copy
-        program = student.deepcopy()
-    for (name, predictor), (_, original) in zip(program.named_predictors(), student.named_predictors()):
-        predictor.lm = original.lm
-        if name in instructions:
-            predictor.signature = predictor.signature.with_instructions(instructions[name])
-    return program
 
 
 class Rollouts:
@@ -355,7 +237,7 @@ class Rollouts:
     def cached(self, key: str, example_id: str) -> RolloutResult | None:
         return self.cache.get((key, example_id))
 
-    def evaluate(
+    def run(
         self,
         key: str,
         instructions: dict[str, str],
@@ -363,7 +245,9 @@ class Rollouts:
         desc: str = "rollouts",
         limit: int | None = None,
     ) -> dict[str, RolloutResult]:
-        """Results for as many of `examples` as are cached or fit in the budget (in order).
+        """Results for as many of `examples` as are cached or fit in the budget (in order). Named
+        `run`, not `evaluate`: it buys rollouts of one prompt variant under the budget, which is not
+        what `evaluate_program` or the harness's evaluation of a program on a split means.
 
         Uncached examples are paid for in order until the budget runs out, so a short budget
         evaluates a prefix; callers read what came back. `limit` caps the paid rollouts of this call.
@@ -406,7 +290,7 @@ class Rollouts:
 
     def _store(self, key: str, result: RolloutResult, journal: bool) -> None:
         self.cache[(key, result.example_id)] = result
-        self.usage.add(result.lm_calls, result.input_tokens, result.output_tokens)
+        self.usage.add(Usage(result.lm_calls, result.input_tokens, result.output_tokens))
         if journal and self.journal is not None:
             self.journal.record_rollout(key, result.example_id, result.to_dict())
 
@@ -451,6 +335,7 @@ class Rollouts:
             except Exception as exc:  # LM timeouts, rate limits, parse failures, program bugs
                 error, tb = f"{type(exc).__name__}: {_first_line(exc)}", traceback.format_exc(limit=20)
             trace = list(dspy.settings.trace or [])
+        used = meter.total  # the program's LM calls (the metric's own, if any, are not the task LM's)
         traces: dict[str, list[dict[str, dict[str, str]]]] = {}
         for predictor, inputs, outputs in trace:
             name = names.get(id(predictor), type(predictor).__name__)
@@ -479,9 +364,9 @@ class Rollouts:
             outputs=_fields(pred),
             traces=traces,
             error=error,
-            lm_calls=meter.calls,
-            input_tokens=meter.input_tokens,
-            output_tokens=meter.output_tokens,
+            lm_calls=used.calls,
+            input_tokens=used.input_tokens,
+            output_tokens=used.output_tokens,
             predictor_feedback=predictor_feedback,
             feedback_calls=extra,
             unscorable=unscorable_reason(feedback) if error is None and score < 1.0 else None,

@@ -27,9 +27,12 @@ from typing import Any
 import dspy
 
 from dspy_hero.diagnosis import Diagnoser
+from dspy_hero.fields import label_inputs
 from dspy_hero.lm.local import server_of
+from dspy_hero.lm.usage import Usage, UsageMeter
 from dspy_hero.metrics.base import (
-    label_inputs,
+    MetricAdapter,
+    MetricError,
     output_names,
     program_input_names,
     program_inputs,
@@ -41,18 +44,14 @@ from dspy_hero.optimizer.budget import Budget, resolve_budget
 from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
 from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer
 from dspy_hero.optimizer.guard import MemorizationGuard
-from dspy_hero.optimizer.instructions import PromptState, instructions_key, parse_instructions
+from dspy_hero.optimizer.instructions import PromptState, build_variant, instructions_key, parse_instructions
 from dspy_hero.optimizer.pools import DefaultPoolSplitter
 from dspy_hero.optimizer.reflection import Proposal, ReflectionContext, RuleProposer
 from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
-from dspy_hero.optimizer.result import HeroResult, LMUsage, RoundRecord, lineage_row
+from dspy_hero.optimizer.result import CandidateStatus, HeroResult, RoundRecord, lineage_row
 from dspy_hero.optimizer.rollout import (
     FailFast,
-    MetricAdapter,
-    MetricError,
     Rollouts,
-    UsageMeter,
-    build_variant,
     prefix_key,
 )
 from dspy_hero.optimizer.settings import HeroSettings, ProposalStyle
@@ -284,7 +283,7 @@ class HeroRun:
         self.archive = [ArchiveEntry("seed", 0, seed_instr, tokens_of(seed_instr))]
         self.discovered = [self.preflight_calls]  # metric calls spent when each archive entry was found
         self.decisions: dict[str, Any] = {}  # archive entry id -> the decision that adopted it
-        self.reflection_usage = LMUsage()
+        self.reflection_usage = UsageMeter()
         self.rejected: dict[str, dict[str, str | None]] = {}  # prompt key -> {rejected text: its edit (None: full text)}
         self.update_order_seed = self.rng_seed * 1_000_003
         cap = int(self.total * s.selection_budget_fraction)
@@ -342,7 +341,7 @@ class HeroRun:
         self._test(tested, order, cur, name)
         for cand in tested:
             accepted = cand.record.decision.accepted
-            cand.record.status = "accepted" if accepted else "rejected"
+            cand.record.mark(CandidateStatus.ACCEPTED if accepted else CandidateStatus.REJECTED)
             if not accepted:
                 rejected[cand.record.instructions] = cand.record.edit if cand.record.kind == "edit" else None
             self.result.overall_fixes += cand.record.decision.fixes
@@ -356,8 +355,8 @@ class HeroRun:
     def _diagnose(self, plan: RoundPlan, rec: RoundRecord, cur: dict[str, str], cur_key: str) -> Evidence:
         """Run the current prompt on the sampler's batch and render the cases (unseen ones first)."""
         batch, limit = self.sampler.next(plan)
-        got = self.rollouts.evaluate(cur_key, cur, self._items(batch), desc=f"round {plan.round} diagnosis",
-                                     limit=min(limit, self.planner.left()))
+        got = self.rollouts.run(cur_key, cur, self._items(batch), desc=f"round {plan.round} diagnosis",
+                                limit=min(limit, self.planner.left()))
         done = [i for i in batch if i in got]
         evidence = self.evidence.render([got[i] for i in self.sampler.unseen_first(done)], plan.predictor)
         self.sampler.seen(done, [c.example_id for c in evidence.shown_cases()])
@@ -435,7 +434,7 @@ class HeroRun:
         while m > 1 and self._affordable(order, cur_key, None, m) < 2 * self.s.acceptance_initial:
             m -= 1
         for cand in queued[m:]:
-            cand.record.status = "skipped: the round's budget tests fewer candidates well"
+            cand.record.mark(CandidateStatus.SKIPPED, "the round's budget tests fewer candidates well")
         return queued[:m]
 
     def _affordable(self, order: list[str], cur_key: str, cand_key: str | None, candidates: int) -> int:
@@ -462,14 +461,14 @@ class HeroRun:
                     break
                 cost += c
                 afford.append(i)
-            cur = self.rollouts.evaluate(cur_key, cur_instr, self._items(afford), desc="current")
-            cand = self.rollouts.evaluate(cand_key, cand_instr, self._items(afford), desc=f"candidate {cid}")
+            cur = self.rollouts.run(cur_key, cur_instr, self._items(afford), desc="current")
+            cand = self.rollouts.run(cand_key, cand_instr, self._items(afford), desc=f"candidate {cid}")
             return {i: (cur[i].score, cand[i].score) for i in afford if i in cur and i in cand}
 
         return pair_scores
 
     def _adopt(self, rec: RoundRecord, name: str, best: Candidate) -> None:
-        best.record.status = "adopted"
+        best.record.mark(CandidateStatus.ADOPTED)
         self.current = {**self.current, name: best.state}
         rec.adopted_candidate_id, rec.adopted_instructions = best.record.candidate_id, best.state.render()
         self.result.adopted_fixes += best.record.decision.fixes
@@ -496,19 +495,17 @@ class HeroRun:
                     proposal = self.proposer.propose(ctx)
                 except Exception as exc:  # a custom proposer failing must not end the run
                     proposal = Proposal(error=f"{type(exc).__name__}: {str(exc)[:300]}")
-            proposal.lm_calls, proposal.input_tokens, proposal.output_tokens = meter.calls, meter.input_tokens, meter.output_tokens
+            used = meter.total
+            proposal.lm_calls, proposal.input_tokens, proposal.output_tokens = used.calls, used.input_tokens, used.output_tokens
             if self.journal:
                 self.journal.record_reflection(key, proposal.to_dict())
-        u = self.reflection_usage
-        u.calls += proposal.lm_calls
-        u.input_tokens += proposal.input_tokens
-        u.output_tokens += proposal.output_tokens
+        self.reflection_usage.add(Usage(proposal.lm_calls, proposal.input_tokens, proposal.output_tokens))
         return proposal
 
     # ---- the end --------------------------------------------------------------------------------
     def _scores(self, i: int, ids: list[str], desc: str) -> dict[str, float]:
         instr = self.archive[i].instructions
-        got = self.rollouts.evaluate(instructions_key(instr), instr, self._items(ids), desc=desc)
+        got = self.rollouts.run(instructions_key(instr), instr, self._items(ids), desc=desc)
         return {x: got[x].score for x in ids if x in got}
 
     def _finish(self) -> dspy.Module:
@@ -537,10 +534,9 @@ class HeroRun:
         res.preflight_metric_calls = self.preflight_calls
         res.replayed_metric_calls = self.rollouts.replayed
         res.rollout_errors = self.rollouts.error_counts()
-        u, pre = self.rollouts.usage, self.preflight_usage
-        res.task_lm = LMUsage(u.calls + pre.calls, u.input_tokens + pre.input_tokens, u.output_tokens + pre.output_tokens)
+        res.task_lm = self.rollouts.usage.total + self.preflight_usage.total
         self._gepa_fields(order, winner)
-        res.reflection_lm = self.reflection_usage
+        res.reflection_lm = self.reflection_usage.total
         if res.reflection_lm.calls:
             res.tokens_per_optimization_call = res.reflection_lm.tokens / res.reflection_lm.calls
         res.adopted_fix_break_ratio = res.adopted_fixes / res.adopted_breaks if res.adopted_breaks else None

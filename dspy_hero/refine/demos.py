@@ -20,15 +20,22 @@ from typing import Any
 
 import dspy
 
-from dspy_hero.metrics.base import get_field
+from dspy_hero.fields import (
+    LABEL_FIELDS,
+    LANGUAGE_OF_OUTPUT,
+    LOCATOR_FIELDS,
+    PREDICTION_FIELDS,
+    REFERENCE_PROGRAM_FIELDS,
+    environment_kind,
+    get_field,
+    group_of,
+)
 
 logger = logging.getLogger(__name__)
 
 # Task-text fields a demo keeps and is searched by (schemas are shared by many tasks and would drown
 # the signal, so they are left out).
 QUERY_FIELDS = ("question", "evidence", "prompt", "instruct_prompt", "code_prompt")
-# Where a training example keeps its verified program, per language.
-GOLD_FIELDS = {"gold_sql": "sql", "gold_cypher": "cypher", "ground_truth_code": "python", "canonical_solution": "python"}
 
 _STOP = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "how", "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "what", "which", "who", "with", "list", "show", "give", "find", "return", "all", "each"]
@@ -52,10 +59,7 @@ def tokenize(text: str) -> list[str]:
 
 
 # Never searched: labels, environment references and schemas (long, and shared by many tasks).
-_NOT_SEARCHED = frozenset(
-    ("gold_sql", "gold_cypher", "test_code", "ground_truth_code", "test_script", "canonical_solution",
-     "db_path", "db_id", "graph", "graph_source", "engine", "entry_point")
-)
+_NOT_SEARCHED = frozenset((*LABEL_FIELDS, *LOCATOR_FIELDS, "entry_point"))
 
 
 def searchable(fields: dict[str, Any]) -> dict[str, str]:
@@ -190,12 +194,12 @@ class DemoBank:
         envs = EnvironmentCache()
         for example in trainset:
             stats["considered"] += 1
-            name = program_field or next((f for f in GOLD_FIELDS if _read(example, f)), None)
+            name = program_field or next((f for f in REFERENCE_PROGRAM_FIELDS if _read(example, f)), None)
             program = _read(example, name) if name else None
             if not program:
                 stats["no_program"] += 1
                 continue
-            language = GOLD_FIELDS.get(name) or _language_of(example)
+            language = REFERENCE_PROGRAM_FIELDS.get(name) or environment_kind(example) or "python"
             ok, why = _verify(example, str(program), language, metric, environment, envs)
             if not ok:
                 stats[why] += 1
@@ -212,7 +216,7 @@ class DemoBank:
 
         Useful when the training set has no gold programs, only tests (e.g. Python tasks).
         """
-        from dspy_hero.metrics.base import PREDICTION_FIELDS, score_of
+        from dspy_hero.metrics.base import score_of
 
         demos: list[Demo] = []
         stats: Counter[str] = Counter()
@@ -233,7 +237,7 @@ class DemoBank:
             if field_name is None:
                 stats["no_program"] += 1
                 continue
-            language = {v: k for k, v in PREDICTION_FIELDS.items()}[field_name]
+            language = LANGUAGE_OF_OUTPUT[field_name]
             demos.append(Demo(_task_fields(example), str(getattr(pred, field_name)), language, "generated",
                               group_of(example)))
         stats["kept"] = len(demos)
@@ -284,7 +288,8 @@ def verified_demo_bank(examples: Iterable[Any], metric: Callable[..., Any]) -> D
 def _read(obj: Any, name: str | None) -> Any:
     """One named field of an Example, dict or object, without touching any other field.
 
-    (Unlike `fields.read_field` this may read labels: the bank is built from training examples.)
+    (Unlike `dspy_hero.fields.read_unlabeled` this may read labels: the bank is built from training
+    examples.)
     """
     return None if name is None else get_field(obj, name)
 
@@ -298,26 +303,15 @@ def _task_fields(example: Any) -> dict[str, str]:
             names = list(example.inputs().keys())
         except ValueError:  # no input keys declared
             names = []
-        return searchable({n: example.get(n) for n in names})
+        return searchable({n: _read(example, n) for n in names})
     return searchable(dict(example)) if isinstance(example, dict) else {}
 
 
-def group_of(fields: Any) -> str:
-    """The database or graph an instance belongs to (an environment reference, never a label)."""
-    return str(_read(fields, "db_id") or _read(fields, "graph") or "")
 
-
-
-def _language_of(example: Any) -> str:
-    if _read(example, "db_path"):
-        return "sql"
-    if _read(example, "graph"):
-        return "cypher"
-    return "python"
 
 
 def _verify(example, program, language, metric, environment, envs) -> tuple[bool, str]:
-    from dspy_hero.metrics.base import PREDICTION_FIELDS, score_of
+    from dspy_hero.metrics.base import score_of
 
     if metric is not None:
         try:

@@ -1,8 +1,9 @@
 """Which fields go where: the generator's inputs, the environment's references, and never the labels.
 
 HERO-T is label-free by construction: it reads an instance only field by field, by name, from two
-lists (the generator's signature inputs and the environment references), and refuses label names
-outright. Nothing here iterates over an example's keys, so a label stored on it is never touched.
+lists (the generator's signature inputs and the contract's `ENVIRONMENT_FIELDS`, see
+`dspy_hero.fields`), and refuses label names outright (`read_unlabeled`). Nothing here iterates
+over an example's keys, so a label stored on it is never touched.
 """
 
 from __future__ import annotations
@@ -10,22 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dspy_hero.metrics.base import LABEL_FIELDS, PREDICTION_FIELDS, get_field
+from dspy_hero.fields import ENVIRONMENT_FIELDS, LABEL_FIELDS, LANGUAGE_OF_OUTPUT, PREDICTION_FIELDS, read_unlabeled
 
-# Fields an environment may need (see dspy_hero.metrics.base); they reach the generator only if its
-# signature asks for them.
-ENVIRONMENT_FIELDS = ("db_path", "db_id", "graph", "graph_source", "engine", "prompt", "code_prompt", "entry_point")
-_LANGUAGE_OF_FIELD = {v: k for k, v in PREDICTION_FIELDS.items()}
-
-
-def read_field(obj: Any, name: str) -> Any:
-    """The value of one named field of a dict, `dspy.Example` or plain object (None when absent).
-
-    Raises ValueError for a label field: asking for one is a bug in the caller, not a missing value.
-    """
-    if name in LABEL_FIELDS:
-        raise ValueError(f"HERO-T never reads label field {name!r}")
-    return get_field(obj, name)
+_READER = "HERO-T"
 
 
 @dataclass(frozen=True)
@@ -54,10 +42,10 @@ def generator_io(generator: Any) -> GeneratorIO:
     output = getattr(generator, "output_field", None)
     if not isinstance(output, str):
         outs = list(predictors[-1].signature.output_fields)
-        output = next((o for o in outs if o in _LANGUAGE_OF_FIELD), outs[-1])
+        output = next((o for o in outs if o in LANGUAGE_OF_OUTPUT), outs[-1])
     language = getattr(generator, "language", None)
     if language not in PREDICTION_FIELDS:
-        language = _LANGUAGE_OF_FIELD.get(output)
+        language = LANGUAGE_OF_OUTPUT.get(output)
     return GeneratorIO(tuple(inputs), output, language)
 
 
@@ -70,12 +58,12 @@ def gather_inputs(io: GeneratorIO, example: Any = None, **given: Any) -> tuple[d
     given = {k: v for k, v in given.items() if k not in LABEL_FIELDS}
     gen: dict[str, Any] = {}
     for name in io.input_fields:
-        value = given[name] if name in given else read_field(example, name)
+        value = given[name] if name in given else read_unlabeled(example, name, _READER)
         if value is not None:
             gen[name] = value
     env: dict[str, Any] = {}
     for name in ENVIRONMENT_FIELDS:
-        value = given[name] if name in given else read_field(example, name)
+        value = given[name] if name in given else read_unlabeled(example, name, _READER)
         if value is not None:
             env[name] = value
     env.update({k: v for k, v in given.items() if k not in io.input_fields and k not in env})

@@ -40,8 +40,8 @@ Qwen2.5-Coder-1.5B on Spider, a judge asked about every revision rejected all 16
 a failing query. ``judge_when_failing=True`` is the paper's exact gate: checks, then the judge, always.
 
 Label-freedom. The module reads an instance field by field: the generator's signature inputs and the
-environment references (db_path, graph, ...). Label fields are dropped if passed and refused if asked
-for (`fields.read_field`).
+environment fields of the field contract (db_path, graph, ..., see `dspy_hero.fields`). Label fields
+are dropped if passed and refused if asked for (`dspy_hero.fields.read_unlabeled`).
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_hero.execution.base import ENVIRONMENT, Environment, Execution, failed
 from dspy_hero.execution.environments import EnvironmentCache
+from dspy_hero.fields import ENVIRONMENT_FIELDS, group_of
 from dspy_hero.lm.adapter import program_adapter
-from dspy_hero.metrics.base import ENVIRONMENT_REFERENCES, extract_code, program_input_names
+from dspy_hero.metrics.base import extract_code, program_input_names
 from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
-from dspy_hero.refine.demos import Demo, DemoBank, group_of, query_text
-from dspy_hero.refine.fields import ENVIRONMENT_FIELDS, gather_inputs, generator_io, render_task
+from dspy_hero.refine.demos import Demo, DemoBank, query_text
+from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck, same_program
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
 from dspy_hero.refine.suspect import Assessment, assess
@@ -77,8 +78,8 @@ from dspy_hero.refine.trace import (
     STOP,
     CallCounter,
     GateVerdict,
+    RefinementTotals,
     RefinementTrace,
-    UsageTotals,
 )
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class HeroRefine(dspy.Module):
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
     thread-safe running totals (`usage.snapshot()` gives LM calls, actions, proposals and accepted
-    revisions per query; `UsageTotals.of(traces)` the same for traces gathered elsewhere).
+    revisions per query; `RefinementTotals.of(traces)` the same for traces gathered elsewhere).
     """
 
     def __init__(
@@ -166,14 +167,14 @@ class HeroRefine(dspy.Module):
         self.select_demos = dspy.Predict(SelectDemos)
         self.reviser = dspy.Predict(ReviseProgram)
         self.judge = dspy.Predict(JudgeRevision)
-        self.usage = UsageTotals()
+        self.usage = RefinementTotals()
         self._environments = EnvironmentCache()
 
     def accepted_inputs(self) -> tuple[str, ...]:
         """What a caller (HERO-O, `evaluate_program`) should pass: the generator's inputs plus the
         environment references, which reach the environment, never the generator's LM."""
         names = list(self._generator_inputs())
-        return tuple(dict.fromkeys(names + list(ENVIRONMENT_FIELDS) + list(ENVIRONMENT_REFERENCES)))
+        return tuple(dict.fromkeys(names + list(ENVIRONMENT_FIELDS)))
 
     def _generator_inputs(self) -> tuple[str, ...]:
         """The inputs the generator accepts: its forward's parameters (a custom module), or its
@@ -251,7 +252,7 @@ class HeroRefine(dspy.Module):
             if name in _SHARED:
                 new.__dict__[name] = value
             elif name == "usage":
-                new.__dict__[name] = UsageTotals()
+                new.__dict__[name] = RefinementTotals()
             elif isinstance(value, dspy.Module) and not isinstance(value, dspy.Predict):
                 new.__dict__[name] = value.deepcopy()
             else:

@@ -157,6 +157,9 @@ class RefinementTrace:
 class CallCounter(BaseCallback):
     """Counts LM calls made inside one `HeroRefine` call, by role (generator/refiner/reviser/...).
 
+    Attribution, not metering: it says which HERO-T step made each call (the trace's
+    ``lm_calls_by_role``); calls and tokens in total are `dspy_hero.lm.usage`'s job.
+
     Installed through `dspy.context(callbacks=...)`, which is thread-local, so concurrent calls of
     the same module count separately. Adapter retries (ChatAdapter falling back to JSON) count as
     the extra LM calls they are.
@@ -174,8 +177,10 @@ class CallCounter(BaseCallback):
         return sum(self.by_role.values())
 
 
-class UsageTotals:
-    """Thread-safe running totals over many calls, for "actions per query" and "LM calls per query".
+class RefinementTotals:
+    """Thread-safe running totals of refinement traces over many calls, for "actions per query" and
+    "LM calls per query". Not an LM usage meter: it sums what each trace recorded (tokens are counted
+    by `dspy_hero.lm.usage`, the one usage meter).
 
     A copy (e.g. `module.deepcopy()` inside an optimizer) starts from zero with its own lock.
     """
@@ -222,8 +227,8 @@ class UsageTotals:
         with self._lock:
             self._totals = dict.fromkeys(self._FIELDS, 0)
 
-    def __deepcopy__(self, memo: dict) -> UsageTotals:
-        return UsageTotals()
+    def __deepcopy__(self, memo: dict) -> RefinementTotals:
+        return RefinementTotals()
 
     def __getstate__(self) -> dict:
         return {"_totals": self.snapshot_raw()}

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import dspy
 
-from dspy_hero.lm.usage import track_usage, usage_of
+from dspy_hero.fields import get_field
+from dspy_hero.lm.usage import Usage, track_usage, usage_of
 from dspy_hero.metrics.base import feedback_of, program_input_names, program_inputs, score_of
 
 
@@ -68,8 +69,10 @@ class EvalReport:
 
 
 def lm_usage(lm: Any) -> tuple[int, int, int]:
-    """(calls, input tokens, output tokens) the LM has made so far; exact from the first call to this
-    function on (it starts the LM's running totals, see `dspy_hero.lm.usage`)."""
+    """(calls, input tokens, output tokens) of `usage_of(track_usage(lm))`, as a tuple.
+
+    Kept only for `dspy_hero.cli.pipeline`, which reads it; new code uses `dspy_hero.lm.usage`
+    directly (the one usage meter and record)."""
     u = usage_of(track_usage(lm))
     return u.calls, u.input_tokens, u.output_tokens
 
@@ -111,7 +114,7 @@ class SharedPrefixOrder:
             return list(range(len(examples)))
         groups: dict[str, list[int]] = {}
         for i, example in enumerate(examples):
-            groups.setdefault(str(example.get(name, "")), []).append(i)
+            groups.setdefault(str(get_field(example, name, "")), []).append(i)
         return [i for members in groups.values() for i in members]
 
 
@@ -141,7 +144,7 @@ def evaluate_program(
     generation must not stop an evaluation. LM usage is the delta of `lm`'s running totals (exact for
     any length, unlike its capped history).
     """
-    before = lm_usage(lm) if lm is not None else (0, 0, 0)
+    before = usage_of(track_usage(lm)) if lm is not None else Usage()
     field_name = program_field or getattr(metric, "prediction_field", None)
     accepted = program_input_names(program)  # the inputs the program takes (environment refs it names)
 
@@ -172,12 +175,12 @@ def evaluate_program(
         ran = list(pool.map(lambda i: parent.copy().run(one, i), run_order))
     outcomes = sorted(ran, key=lambda o: o.index)
     wall = time.perf_counter() - start
-    after = lm_usage(lm) if lm is not None else (0, 0, 0)
+    used = (usage_of(lm) if lm is not None else Usage()) - before
     return EvalReport(
         name=name,
         outcomes=outcomes,
         wall_s=wall,
-        lm_calls=after[0] - before[0],
-        input_tokens=after[1] - before[1],
-        output_tokens=after[2] - before[2],
+        lm_calls=used.calls,
+        input_tokens=used.input_tokens,
+        output_tokens=used.output_tokens,
     )

@@ -17,8 +17,9 @@ from typing import Sequence
 
 import dspy
 
+from dspy_hero.fields import PREDICTION_FIELDS
 from dspy_hero.lm.adapter import program_adapter
-from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
+from dspy_hero.text import extract_code
 
 SEED_INSTRUCTIONS = {
     "sql": "Write one SQLite query that answers the question over the given database schema. "

@@ -15,8 +15,9 @@ from typing import Any
 import dspy
 
 from dspy_hero.execution.base import ENVIRONMENT, failed
+from dspy_hero.fields import PREDICTION_FIELDS
 from dspy_hero.lm.adapter import program_adapter
-from dspy_hero.metrics.base import PREDICTION_FIELDS, extract_code
+from dspy_hero.text import extract_code
 
 _REVISE_NOTE = (
     "\n\nYou wrote the program below earlier; it was executed and the observation is shown. If the "

@@ -6,7 +6,7 @@ from typing import Any
 
 from dspy_hero.optimizer.instructions import PromptState, apply_edit
 from dspy_hero.optimizer.reflection import Proposal, not_a_rule
-from dspy_hero.optimizer.result import CandidateRecord
+from dspy_hero.optimizer.result import CandidateRecord, CandidateStatus
 from dspy_hero.optimizer.strategies.protocols import Candidate
 
 
@@ -34,7 +34,7 @@ class GuardedBuilder:
                 rules = apply_edit(state.rules, item.to_edit(), self.max_rules, self.max_rule_chars) if not problem else problem
                 records.append(rec)
                 if isinstance(rules, str):
-                    rec.status = f"dropped: {rules}"
+                    rec.mark(CandidateStatus.DROPPED, rules)
                     continue
                 new_state, added = PromptState(state.seed, rules), item.rule
             else:
@@ -43,20 +43,20 @@ class GuardedBuilder:
                 new_state, added = PromptState(state.seed, state.rules, override=item), item.replace(state.seed, " ")
             rec.instructions = new_state.render()
             if rec.instructions == state.render() or rec.instructions in taken:
-                rec.status = "duplicate"
+                rec.mark(CandidateStatus.DUPLICATE, "same prompt as the current one or a queued one")
                 continue
             if rec.instructions in rejected:
-                rec.status = "duplicate: already rejected against the current prompt"
+                rec.mark(CandidateStatus.DUPLICATE, "already rejected against the current prompt")
                 continue
             verdict = self.guard.check(added, state.seed, cases)
             rec.guard_allowed, rec.guard_reason = verdict.allowed, verdict.reason
             if not verdict.allowed:
-                rec.status = "blocked"
+                rec.mark(CandidateStatus.BLOCKED, verdict.reason)
                 continue
             if len(taken) >= self.limit:
-                rec.status = f"skipped: beyond num_candidates={self.limit}"
+                rec.mark(CandidateStatus.SKIPPED, f"beyond num_candidates={self.limit}")
                 continue
             taken.add(rec.instructions)
-            rec.status = "queued"
+            rec.mark(CandidateStatus.QUEUED)
             queued.append(Candidate(rec, new_state))
         return records, queued
