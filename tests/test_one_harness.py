@@ -175,3 +175,19 @@ def test_bench_never_imports_the_cli():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not [n for n in names if n.startswith("dspy_hero.cli")], path.name
+
+
+def test_counting_metric_keeps_the_wrapped_metrics_name_for_the_journal():
+    """The journal fingerprint names the metric; through the harness's counting wrapper two different
+    metrics must still get different names (else a log would resume for another metric)."""
+    from dspy_hero.bench.accounting import CountingMetric
+    from dspy_hero.optimizer.run import _callable_name
+
+    def metric_a(gold, pred, trace=None):
+        return 1.0
+
+    def metric_b(gold, pred, trace=None):
+        return 0.0
+
+    assert _callable_name(CountingMetric(metric_a)) == _callable_name(metric_a)
+    assert _callable_name(CountingMetric(metric_a)) != _callable_name(CountingMetric(metric_b))

@@ -25,6 +25,10 @@ class CountingMetric:
         self.calls = 0
         self._lock = threading.Lock()
         self.__name__ = getattr(metric, "__name__", "metric")
+        # a journal names its run's metric by module and qualname: the wrapped metric's, so resuming a
+        # log with a different metric is refused even through this wrapper
+        self.__qualname__ = getattr(metric, "__qualname__", type(metric).__qualname__)
+        self.__module__ = getattr(metric, "__module__", None) or type(metric).__module__
         self.prediction_field = getattr(metric, "prediction_field", None)
         self.language = getattr(metric, "language", None)
 
