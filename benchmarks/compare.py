@@ -206,6 +206,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
                     log.info("%s: already done, reusing %s", method, path)
                     results[method] = saved
                     ctx.instructions[method] = saved.instructions
+                    ctx.outcomes[method] = saved.outcomes  # HERO-O + HERO-T starts from HERO-O's programs
                     continue
             log.info("%s: running (budget %d rollouts)", method, budget)
             results[method] = run_method(ctx, method)

@@ -191,3 +191,22 @@ def test_counting_metric_keeps_the_wrapped_metrics_name_for_the_journal():
 
     assert _callable_name(CountingMetric(metric_a)) == _callable_name(metric_a)
     assert _callable_name(CountingMetric(metric_a)) != _callable_name(CountingMetric(metric_b))
+
+
+def test_hero_t_starts_from_the_programs_of_the_hero_o_evaluation(task, tmp_path):
+    """HERO-O + HERO-T refines exactly the programs HERO-O's evaluation produced: no second generation
+    (the task LM is not asked for them again) and every refinement's initial program is HERO-O's."""
+    ctx = harness_context(task, tmp_path, 6, budget=0, refine_only_failing=True)
+    ctx.programs["hero_o"] = ruled_program(task)
+    hero_o = evaluate(ctx, ctx.programs["hero_o"], MethodResult(method="hero_o", label="HERO-O"))
+    # a different generation, were HERO-T to ask again: the simulated LM without the rules fails more
+    ctx.programs["hero_o"].generate.signature = task.make_program().generate.signature
+    refined = run_method(ctx, "hero_o_t")
+    assert refined.status == "done", refined.error
+    assert refined.extras["initial_programs_from_hero_o_evaluation"] == 6
+    by_id = {o["example_id"]: o["program"] for o in hero_o.outcomes}
+    for o in refined.outcomes:
+        initial = (o.get("refinement") or {}).get("initial_program", o["program"])
+        assert initial == by_id[o["example_id"]]
+    roles = [(o.get("refinement") or {}).get("lm_calls_by_role", {}) for o in refined.outcomes]
+    assert any(roles) and not any(r.get("generator") for r in roles), roles

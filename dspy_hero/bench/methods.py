@@ -12,6 +12,7 @@ so an evaluation, a HERO-O run or a HERO-T refiner is built the same way whichev
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +25,8 @@ import dspy
 from dspy_hero.bench.accounting import CountingMetric, PhaseUsage, track_usage
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks
 from dspy_hero.files import write_json_atomic
-from dspy_hero.optimizer.rollout import build_variant
+from dspy_hero.metrics.base import program_input_names
+from dspy_hero.optimizer.instructions import build_variant
 from dspy_hero.tasks.base import Task
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class RunContext:
     optimizer_args: dict[str, Any] = field(default_factory=dict)  # further HeroOptimizer settings (rounds, ...)
     hero_o_log_dir: Path | None = None  # HERO-O's resumable journal; default out_dir/logs/hero_o
     refine_budget: int = 3  # HERO-T actions per query
+    outcomes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # evaluations done, by method
     progress: Progress | None = None  # one bar per evaluation (the CLI's); None: none
 
 
@@ -149,6 +152,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     result.instructions = instructions_of(program) if not result.instructions else result.instructions
     if ctx.task.language == "sql" and ctx.ves_repetitions > 0:
         result.ves = sql_ves(ctx, result.outcomes)
+    ctx.outcomes[result.method] = result.outcomes
     return result
 
 
@@ -354,12 +358,66 @@ def hero_t_refiner(ctx: RunContext, generator: dspy.Module) -> dspy.Module:
                       budget=ctx.refine_budget, refiner_lm=ctx.task_lm, only_failing=ctx.refine_only_failing)
 
 
+class AnsweredGenerator(dspy.Module):
+    """A generator that answers the evaluation examples it was already evaluated on with the programs it
+    produced then, and calls the wrapped generator for anything else.
+
+    Why: HERO-O + HERO-T refines the programs the HERO-O prompt generates. Generating them a second time
+    costs one LM call per example (a fifth of the demo's time) and, on a server that is not
+    deterministic, gives other initial programs than the ones HERO-O was scored on; answering from the
+    HERO-O evaluation makes the two rows paired exactly, which is what "HERO-T's gain over HERO-O"
+    means. `answered` counts the replayed calls (recorded with the method's result)."""
+
+    def __init__(self, generator: dspy.Module, programs: dict[str, str], output_field: str):
+        super().__init__()
+        self.generator = generator
+        self.output_field = output_field
+        self.language = getattr(generator, "language", None)
+        self._programs = programs
+        self.answered = 0
+
+    def accepted_inputs(self) -> tuple[str, ...] | None:
+        return program_input_names(self.generator)
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        program = self._programs.get(inputs_key(inputs))
+        if program is None:
+            return self.generator(**inputs)
+        self.answered += 1
+        return dspy.Prediction(**{self.output_field: program})
+
+
+def inputs_key(inputs: dict[str, Any]) -> str:
+    return json.dumps({k: str(v) for k, v in sorted(inputs.items())}, ensure_ascii=False)
+
+
+def answered_from(ctx: RunContext, generator: dspy.Module, method: str) -> dspy.Module:
+    """`generator` answering from `method`'s evaluation outcomes on this context's test set (see
+    `AnsweredGenerator`); the generator itself when that evaluation is not at hand."""
+    from dspy_hero.refine.fields import generator_io
+
+    outcomes = {o["example_id"]: o for o in ctx.outcomes.get(method, [])}
+    names = program_input_names(generator)
+    programs: dict[str, str] = {}
+    for i, ex in enumerate(ctx.test):
+        o = outcomes.get(example_key(ex, i))
+        if o is None or o.get("error") or o.get("program") is None:
+            continue  # a failed generation is generated again
+        inputs = {k: v for k, v in ex.inputs().items() if names is None or k in names}
+        programs[inputs_key(inputs)] = o["program"]
+    if not programs:
+        return generator
+    return AnsweredGenerator(generator, programs, generator_io(generator).output_field)
+
+
 def run_hero_o_t(ctx: RunContext, result: MethodResult) -> MethodResult:
     generator = _hero_o_program(ctx)
-    refiner = hero_t_refiner(ctx, generator)
+    answered = answered_from(ctx, generator, "hero_o")
+    refiner = hero_t_refiner(ctx, answered)
     result.instructions = instructions_of(generator)
     result.extras["only_failing"] = ctx.refine_only_failing
     evaluate(ctx, refiner, result)
+    result.extras["initial_programs_from_hero_o_evaluation"] = getattr(answered, "answered", 0)
     usage = getattr(refiner, "usage", None)
     if usage is not None and hasattr(usage, "snapshot"):
         snap = usage.snapshot()

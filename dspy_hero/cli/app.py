@@ -222,7 +222,10 @@ DEMO_MAX_METRIC_CALLS = 60
 DEMO_ROUNDS = 1
 DEMO_CANDIDATES = 1
 DEMO_TEST_LIMIT = 20
-DEMO_OPTIMIZER_ARGS = {"num_failing_cases": 6, "num_passing_cases": 2}  # an 8-case diagnosis batch
+# An 8-case diagnosis batch. Training references on: the reflector sees the reference SQL of its
+# TRAINING cases and the diagnosis's diff against it ("the reference adds `deleted_at IS NULL`"); label-free,
+# a convention shows only as "wrong values", from which the 1.5B reflector wrote only generic rules.
+DEMO_OPTIMIZER_ARGS = {"num_failing_cases": 6, "num_passing_cases": 2, "training_references": True}
 
 
 @app.command()
@@ -259,6 +262,8 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
         "evaluate": eval_settings(lm_spec)})
     console.print(f"[bold]HERO demo[/bold] on {task.name}: {len(task.train)} optimization / {len(task.test)} held-out "
                   f"questions ({task.split_note})")
+    console.print("HERO-O reflects on its training questions with their reference SQL (training_references); "
+                  "the held-out questions are only ever scored")
     console.print(f"starting the task LM ({lm_spec}) ...")
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,

@@ -21,6 +21,7 @@ import dspy
 
 from dspy_hero.bench.methods import (
     MethodResult,
+    answered_from,
     Progress,
     RunContext,
     evaluate,
@@ -106,6 +107,7 @@ class StagedRun:
             if saved.extras.get("fingerprint") == key:
                 logger.info("stage %s already done; reusing %s", name, path)
                 self.announce(f"{label}: already evaluated, reusing {path.name}")
+                self.ctx.outcomes[name] = saved.outcomes
                 return saved
             logger.warning("%s was written for another task, split or program (or by an older version); "
                            "evaluating again", path)
@@ -145,7 +147,9 @@ class StagedRun:
         return optimized
 
     def refiner(self, generator: dspy.Module) -> dspy.Module:
-        return hero_t_refiner(self.ctx, generator)
+        """HERO-T around the HERO-O program, starting from the programs its evaluation stage produced
+        (when that stage ran on these examples), as the harness does."""
+        return hero_t_refiner(self.ctx, answered_from(self.ctx, generator, "hero_o"))
 
     # -- whole run ----------------------------------------------------------------------------------
     def run_all(self) -> dict[str, Any]:
