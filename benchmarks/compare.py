@@ -62,6 +62,7 @@ class CompareConfig:
     deterministic: bool = True  # embedded model: one slot, pinned shared-prefix reuse, so re-runs repeat themselves
     stdlib_only: bool = False
     refine_only_failing: bool = False  # HERO-T: leave programs that execute cleanly alone (CPU time)
+    training_references: bool = False  # HERO-O reflects with its TRAINING cases' reference programs
     ves_repetitions: int = 5
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     aggregate: Sequence[str] | None = None
@@ -156,7 +157,8 @@ def ordered_methods(methods: Sequence[str]) -> list[str]:
 
 def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
     """What must match for a resumed run to reuse saved method results."""
-    keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate")
+    keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate",
+            "refine_only_failing", "training_references")
     return {k: meta.get(k) for k in keys}
 
 
@@ -181,6 +183,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             "budget": budget,
             "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
             "refine_only_failing": config.refine_only_failing,
+            **({"training_references": True} if config.training_references else {}),
             "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
             "test_ids": [e.example_id for e in test], "command": config.command,
             "machine": f"{platform.node()} {platform.platform()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
@@ -195,7 +198,8 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
 
         ctx = RunContext(task=task, train=train, val=val, test=test, task_lm=task_lm, reflection_lm=refl_lm,
                          budget=budget, threads=config.threads, seed=config.seed, out_dir=out,
-                         ves_repetitions=config.ves_repetitions, refine_only_failing=config.refine_only_failing)
+                         ves_repetitions=config.ves_repetitions, refine_only_failing=config.refine_only_failing,
+                         optimizer_args={"training_references": True} if config.training_references else {})
         results: dict[str, MethodResult] = {}
         order = ordered_methods(config.methods)
         for method in order:
@@ -250,6 +254,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--refine-only-failing", action="store_true",
                    help="HERO-T: refine only programs whose execution shows a problem (paper: every program; "
                         "saves CPU time with local models; recorded in meta.json)")
+    p.add_argument("--training-references", action="store_true",
+                   help="HERO-O: show the reflector its TRAINING cases' reference programs and their diff "
+                        "(label-free evidence otherwise; recorded in meta.json)")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
     p.add_argument("--aggregate", nargs="+", default=None, metavar="RUN_DIR",
                    help="instead of running: combine finished runs (e.g. one per seed) into <out>/aggregate.{json,md}")
@@ -260,7 +267,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
         seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only, deterministic=a.deterministic,
-        refine_only_failing=a.refine_only_failing,
+        refine_only_failing=a.refine_only_failing, training_references=a.training_references,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
     ), a.verbose

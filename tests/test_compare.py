@@ -345,3 +345,24 @@ def test_react_baseline_treats_an_environment_failure_as_an_observation(spider_f
         pred = module(**ex.inputs())
     assert "engine restarting" in pred.react_steps[0]["observation"]
     assert pred.react_steps[-1]["ok"] and task.metric(ex, pred).score == 1.0
+
+
+def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture, monkeypatch):
+    """--training-references is recorded in meta.json (a run without it cannot resume into it) and is
+    the setting HERO-O runs with; without it HERO-O's evidence stays label-free."""
+    cfg, _ = compare.parse_args(["--task", "spider", "--training-references", "--out", str(tmp_path / "x")])
+    assert cfg.training_references
+    seen = []
+    real = compare.run_method
+
+    def spy(ctx, method):
+        seen.append((method, dict(ctx.optimizer_args)))
+        return real(ctx, method)
+
+    monkeypatch.setattr(compare, "run_method", spy)
+    out = tmp_path / "refs"
+    compare.run_comparison(config(out, spider_fixture, methods=["hero_o"], training_references=True))
+    assert seen == [("hero_o", {"training_references": True})]
+    assert json.loads((out / "meta.json").read_text())["training_references"] is True
+    with pytest.raises(ValueError, match="different settings"):
+        compare.run_comparison(config(out, spider_fixture, methods=["hero_o"]))
