@@ -89,8 +89,10 @@ def default_threads(neighbours: int = 0, idle: float | None = None) -> int:
     from /proc/stat for a quarter second), so other programs' load counts too.
 
     Why: on a CPU, llama.cpp's threads meet at a barrier after every operation, so a step is as slow
-    as its slowest thread. With a core to itself each thread adds speed: on an idle 2-core machine,
-    2 threads served the Spider seed at 5.5 s per rollout against 11.0 s with 1 (issue 11). When a
+    as its slowest thread. With a core to itself each thread adds speed: on the idle 2-core machine,
+    2 threads served the Spider seed (new layout) at a median 1.91 and 2.54 s per rollout against 3.20
+    and 3.17 s with 1 thread, runs interleaved 2/1/2/1, same 6 queries, load 1.5-1.9 = the model alone
+    (benchmarks/results/throughput-idle.json, plan ``threads``). When a
     thread has to share its core, the barrier waits for it to be scheduled and speed collapses:
     on the same 2 cores with 7 other test runs (load average 4.1-5.4), Spider 1.5B took a median
     16.2 and 11.2 s per rollout with 2 threads (generation 1.4 and 2.5 tok/s) against 4.5 and 6.2 s
