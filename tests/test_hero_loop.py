@@ -326,3 +326,18 @@ def test_a_short_round_gives_every_open_candidate_the_same_number_of_pairs():
     tested = [c.decision for c in out.detailed_results.rounds[0].candidates if c.decision is not None]
     assert len(tested) == 3 and len({d.n for d in tested}) == 1 and tested[0].n >= 8
     assert all("budget ran out" in d.reason or "pool" in d.reason or "max size" in d.reason for d in tested)
+
+
+def test_a_round_that_cannot_fund_a_first_look_asks_no_reflection():
+    """When what a round has left cannot pay one candidate's first look (acceptance_initial pairs),
+    HERO-O does not spend reflection-LM calls on candidates nothing could test (on Spider with the 1.5B
+    reflector such a round cost minutes and tested nothing)."""
+    rl = reflection_lm([[NOOP_RULE]] * 10)
+    out = compile_toy(None, rl=rl, num_rounds=4, num_candidates=1, max_metric_calls=90, min_calls_per_round=0)
+    rounds = out.detailed_results.rounds
+    starved = [r for r in rounds if any("cannot fund one candidate's first look" in n for n in r.notes)]
+    asked = [r for r in rounds if r.candidates]
+    assert starved and asked, [(r.round, r.notes, len(r.candidates)) for r in rounds]
+    assert all(not r.candidates and not r.gradient for r in starved)
+    # the rounds that could fund a test did ask, and only they (2 calls: DiagnoseEvidence + ProposeRuleEdits)
+    assert 2 * len(asked) <= len(engine_of(rl).calls) <= 2 * 4 * len(asked)

@@ -393,7 +393,11 @@ def test_small_budget_runs_fewer_better_funded_rounds_and_says_so():
     # the paper's fixed T=5 at this budget: 12 calls a round, a smaller sample for the same rule
     _, res, _, _ = run(make_examples(60), [[COUNT_RULE]] * 5, max_metric_calls=80, num_rounds=5, min_calls_per_round=0)
     assert len(res.rounds) == 5 and not any("funds" in w for w in res.warnings)
-    assert res.rounds[0].metric_calls < 24 and res.rounds[0].candidates[0].decision.n < funded.n
+    first = res.rounds[0]
+    # a smaller sample for the same rule, or none at all: a round whose share cannot pay one first look
+    # asks no reflection (and leaves its calls to later rounds)
+    assert first.metric_calls < 24 and (first.candidates[0].decision.n < funded.n if first.candidates else
+                                        any("cannot fund one candidate's first look" in n for n in first.notes))
 
 
 def test_rounds_with_an_unchanged_prompt_show_new_cases_and_do_not_retest_rejected_rules():

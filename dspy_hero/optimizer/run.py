@@ -331,12 +331,16 @@ class HeroRun:
             rec.notes.append("no failing diagnosis cases: nothing to revise" if evidence.cases else "no diagnosis results (budget)")
             return rec
         rejected = self.rejected.setdefault(cur_key, {})
+        order = list(self.pools.update)
+        random.Random(self.update_order_seed + plan.round).shuffle(order)
+        if self._affordable(order, cur_key, None, 1) < self.s.acceptance_initial:
+            # reflecting would cost minutes of reflection-LM time for candidates no test can look at
+            rec.notes.append("the round's budget cannot fund one candidate's first look: no proposal asked")
+            return rec
         queued = self._propose(plan, rec, evidence, rejected)
         if not queued:
             rec.notes.append("no usable candidate this round")
             return rec
-        order = list(self.pools.update)
-        random.Random(self.update_order_seed + plan.round).shuffle(order)
         tested = self._fund(queued, order, cur_key)
         self._test(tested, order, cur, name)
         for cand in tested:
