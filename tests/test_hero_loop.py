@@ -341,3 +341,14 @@ def test_a_round_that_cannot_fund_a_first_look_asks_no_reflection():
     assert all(not r.candidates and not r.gradient for r in starved)
     # the rounds that could fund a test did ask, and only they (2 calls: DiagnoseEvidence + ProposeRuleEdits)
     assert 2 * len(asked) <= len(engine_of(rl).calls) <= 2 * 4 * len(asked)
+
+
+def test_a_copy_of_the_per_pattern_prompts_example_is_never_a_candidate():
+    """Whichever prompt produced it, a rule that copies the per-pattern prompt's example is dropped
+    by the builder (on Spider the evidence-wide fallback, told what the round had proposed, re-proposed
+    the copy and it was tested)."""
+    from dspy_hero.optimizer.reflection import not_a_rule
+
+    copy = "When a table has a column that flags sample or demo rows (such as is_sample), always leave those rows out."
+    assert not_a_rule(copy, []).startswith("not a rule: it copies")
+    assert not_a_rule("When a table has a column that flags deleted rows, always leave those rows out.", []) is None

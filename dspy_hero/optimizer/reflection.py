@@ -240,6 +240,15 @@ _EMBEDDED = re.compile(  # a whole query inside a sentence ("When ..., SELECT * 
 
 NOT_A_RULE = "not a rule:"
 
+# Words of the per-pattern prompt's two examples (reflection_cases.RuleFromFailure): a rule using them when
+# the evidence does not copies an example (the 1.5B model did, and later calls then repeated the copy).
+EXAMPLE_WORDS = ("is_sample", "demo_row", "sample or demo", "temp_f", "high_f", "fahrenheit")
+
+
+def copies_an_example(rule: str, evidence: str) -> bool:
+    low, seen = rule.lower(), evidence.lower()
+    return any(w in low and w not in seen for w in EXAMPLE_WORDS)
+
 
 def not_a_rule(rule: str, cases: Any = ()) -> str | None:
     """Why `rule` is not an instruction: small models often answer with a program, the template, the
@@ -248,6 +257,10 @@ def not_a_rule(rule: str, cases: Any = ()) -> str | None:
         return f"{NOT_A_RULE} a program fragment, not an instruction"
     if re.search(r"<\s*(?:situation|what to do|new rule|rule|number)\s*>", rule, re.IGNORECASE):
         return f"{NOT_A_RULE} it repeats the template placeholder"
+    shown = " ".join(str(v) for c in cases for part in (getattr(c, "inputs", {}), getattr(c, "program", {}))
+                     for v in part.values())
+    if copies_an_example(rule, shown):
+        return f"{NOT_A_RULE} it copies the per-pattern prompt's example"
     low = _squash(rule)
     for case in cases:
         for value in list(getattr(case, "program", {}).values()):

@@ -32,7 +32,14 @@ import dspy
 from dspy_hero.diagnosis import Category
 from dspy_hero.fields import is_locator
 from dspy_hero.optimizer.instructions import apply_edit
-from dspy_hero.optimizer.reflection import Proposal, ProposedEdit, Proposer, ReflectionContext, _call
+from dspy_hero.optimizer.reflection import (
+    Proposal,
+    ProposedEdit,
+    Proposer,
+    ReflectionContext,
+    _call,
+    copies_an_example,
+)
 
 _CODE = re.compile(
     r"```|\bselect\b[^.]*\bfrom\b|\bmatch\s*\(|\breturn\s+\w+\s*\.|\bdef\s+\w+\s*\(|\bimport\s+\w+|[{};]\s*$",
@@ -82,15 +89,6 @@ class RuleFromFailure(dspy.Signature):
     failure_pattern: str = dspy.InputField(desc="the mistake, found by program analysis, and how often it occurs")
     failing_case: str = dspy.InputField(desc="one example: the inputs, the generated program, its feedback and diagnosis")
     rule: str = dspy.OutputField(desc="one general rule, one sentence, no code")
-
-
-# Words of RuleFromFailure's two examples: a rule using them (absent from the evidence) copies an example.
-_EXAMPLE_WORDS = ("is_sample", "demo_row", "sample or demo", "temp_f", "high_f", "fahrenheit")
-
-
-def copies_an_example(rule: str, evidence: str) -> bool:
-    low, seen = rule.lower(), evidence.lower()
-    return any(w in low and w not in seen for w in _EXAMPLE_WORDS)
 
 
 def failure_category(feedback: str) -> str:
