@@ -40,6 +40,15 @@ def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its
     rows = {r["method"]: r for r in data["rows"]}
     assert set(rows) == {"seed prompt", "HERO-O", "HERO-O + HERO-T"}
     assert DEMO_TEST_LIMIT >= 20 and all(r["n"] == DEMO_TEST_LIMIT for r in rows.values())
+    # HERO-T refines with the demo's budget, starting from the HERO-O evaluation's programs
+    from dspy_hero.cli.app import DEMO_REFINE_BUDGET
+
+    hero_t = json.loads((out / "eval_hero_o_hero_t.json").read_text())
+    refined = [o["refinement"] for o in hero_t["outcomes"] if o.get("refinement")]
+    assert refined and all(r["budget"] == DEMO_REFINE_BUDGET for r in refined)
+    hero_o_programs = {o["example_id"]: o["program"] for o in json.loads((out / "eval_hero_o.json").read_text())["outcomes"]}
+    assert all(o["refinement"]["initial_program"] == hero_o_programs[o["example_id"]]
+               for o in hero_t["outcomes"] if o.get("refinement"))
     hero = data["hero_o"]
     assert hero["budget"] == DEMO_MAX_METRIC_CALLS
     assert hero["total_metric_calls"] <= DEMO_MAX_METRIC_CALLS  # pre-flight calls included

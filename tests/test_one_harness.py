@@ -206,7 +206,7 @@ def test_hero_t_starts_from_the_programs_of_the_hero_o_evaluation(task, tmp_path
     assert refined.extras["initial_programs_from_hero_o_evaluation"] == 6
     by_id = {o["example_id"]: o["program"] for o in hero_o.outcomes}
     for o in refined.outcomes:
-        initial = (o.get("refinement") or {}).get("initial_program", o["program"])
+        initial = o["refinement"]["initial_program"] if o.get("refinement") else o["program"]
         assert initial == by_id[o["example_id"]]
     roles = [(o.get("refinement") or {}).get("lm_calls_by_role", {}) for o in refined.outcomes]
     assert any(roles) and not any(r.get("generator") for r in roles), roles

@@ -146,7 +146,8 @@ class RefinementTrace:
         revisions = [{"step": s.index, "before": s.program_before or "", "after": s.proposal or "",
                       "stage": s.verdict.stage, "after_ran": cut(s.verdict.execution)}
                      for s in self.accepted if s.verdict is not None]
-        return {"steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls,
+        return {"budget": self.budget, "initial_program": self.initial_program,
+                "steps": steps, "stop_reason": self.stop_reason, "changed": self.changed, "lm_calls": self.lm_calls,
                 "actions_used": self.actions_used, "env_actions": self.env_actions,
                 "lm_calls_by_role": dict(self.lm_calls_by_role), "proposals": len(self.proposals),
                 "accepted": len(self.accepted), "reasks": self.reasks, "diagnoses": self.diagnoses,
