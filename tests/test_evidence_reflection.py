@@ -106,7 +106,7 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     assert len(calls) == 2 and "Your previous answer was not usable (looks like code" in calls[1].inputs["failure_pattern"]
     assert [(e.rule, e.problem) for e in proposal.edits] == [
         ("Always take each column from the table whose schema lists it.", None)]
-    copied = "When a temperature column is stored in Fahrenheit (its name ends in _f), convert it with (x - 32) * 5 / 9."
+    copied = "When a temperature column such as temp_f is stored in Fahrenheit, convert it with (x - 32) * 5 / 9."
     rl = scripted_lm(lambda req: {"rule": copied})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))

@@ -352,3 +352,5 @@ def test_a_copy_of_the_per_pattern_prompts_example_is_never_a_candidate():
     copy = "When a table has a column that flags sample or demo rows (such as is_sample), always leave those rows out."
     assert not_a_rule(copy, []).startswith("not a rule: it copies")
     assert not_a_rule("When a table has a column that flags deleted rows, always leave those rows out.", []) is None
+    borrowed = "When a table has a column that flags sample or demo rows (such as deleted_at), always leave those rows out."
+    assert not_a_rule(borrowed, []) is None  # the example's wording, the evidence's column: a rule
