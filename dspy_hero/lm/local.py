@@ -260,7 +260,8 @@ def local_lm(
     `dspy_hero.lm.server.default_threads`, which also says when to leave cores to sandboxes); `parallel` decoding slots serve concurrent DSPy threads: with 2 DSPy
     threads on 2 loaded cores, 2 slots served 9.5 and 5.6 Spider rollouts per minute against 7.6 and
     6.5 for 1 slot (runs interleaved; 16 rollouts each in 2.27 against 2.28 minutes), so there is no
-    measured gain either way on 2 cores and the default stays 2, which lets a second request start
+    measured gain either way on 2 cores (idle, one run each: 19.4 rollouts/min with 2 slots, 22.1 with 1,
+    benchmarks/results/throughput-idle.json) and the default stays 2, which lets a second request start
     its prompt while the first generates (benchmarks/results/throughput.json, plan ``slots``). The DSPy response cache is off by
     default so that repeated evaluations measure the model, not the cache; the server's prompt-prefix
     cache is on. `server_of(lm)` finds the server behind the returned LM (for metrics or an early close).
