@@ -216,6 +216,25 @@ def evidence_budget(context_window: int, max_output_tokens: int | None = None) -
     return max(200, min(MAX_EVIDENCE_TOKENS, int(room * TOKEN_SAFETY)))
 
 
+def shared_context_names(cases: list[Any], min_chars: int = 80, always: Any = ()) -> list[str]:
+    """Input fields that are context shared by several cases (a database schema, a library context):
+    a value at least `min_chars` long that repeats across cases, or a field named in `always`; in the
+    order first seen. Locators (db_path, ...) are never context."""
+    names: list[str] = []
+    seen: dict[str, set[str]] = {}
+    repeated: set[str] = set()
+    for case in cases:
+        for name, value in case.inputs.items():
+            if is_locator(name):
+                continue
+            if value in seen.setdefault(name, set()) and len(value) >= min_chars:
+                repeated.add(name)
+            seen[name].add(value)
+            if name not in names:
+                names.append(name)
+    return [n for n in names if n in repeated or n in always]
+
+
 def _group_name(index: int) -> str:
     return chr(ord("A") + index) if index < 26 else f"A{index}"
 
@@ -382,19 +401,7 @@ class DefaultEvidenceRenderer:
         return "\n\n".join(parts)
 
     def _context_names(self, cases: list[Case]) -> list[str]:
-        names: list[str] = []
-        seen: dict[str, set[str]] = {}
-        repeated: set[str] = set()
-        for case in cases:
-            for name, value in case.inputs.items():
-                if is_locator(name):
-                    continue
-                if value in seen.setdefault(name, set()) and len(value) >= self.context_min_chars:
-                    repeated.add(name)
-                seen[name].add(value)
-                if name not in names:
-                    names.append(name)
-        return [n for n in names if n in repeated or n in self.context_fields]
+        return shared_context_names(cases, self.context_min_chars, self.context_fields)
 
     def _group_label(self, case: Case) -> str:
         for ref in GROUP_FIELDS:

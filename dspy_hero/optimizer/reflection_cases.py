@@ -31,6 +31,7 @@ import dspy
 
 from dspy_hero.diagnosis import Category
 from dspy_hero.fields import is_locator
+from dspy_hero.optimizer.evidence import shared_context_names
 from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import (
     Proposal,
@@ -135,17 +136,6 @@ def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
     preserve = (f"- {len(passing)} program(s) executed and matched the expected result "
                 f"({', '.join(c.case_id for c in passing[:8])})") if passing else "- (no passing case shown)"
     return "Preserve:\n" + preserve + "\n\nRevise:\n" + ("\n".join(revise) or "- (no failing case shown)")
-
-
-def shared_inputs(cases: list[Any]) -> set[str]:
-    """Input fields whose value repeats across cases (a database schema, a library context): context
-    shared by many questions, not part of one failure. Shown to the 1.5B model, a schema drew its rule
-    toward the schema's columns instead of the pattern it was asked about."""
-    seen: dict[tuple[str, str], int] = {}
-    for c in cases:
-        for k, v in c.inputs.items():
-            seen[(k, str(v))] = seen.get((k, str(v)), 0) + 1
-    return {k for (k, _), n in seen.items() if n > 1}
 
 
 def _render_case(case: Any, max_chars: int, omit: set[str] = frozenset()) -> str:
@@ -264,7 +254,8 @@ class CaseRuleProposer:
         for case, pattern in self.choose(ctx):
             instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
                                         + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
-            shown = _render_case(case, self.max_case_chars, shared_inputs(ctx.cases))
+            # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
+            shown = _render_case(case, self.max_case_chars, set(shared_context_names(ctx.cases)))
             rule, problem, asked = "", None, pattern
             for attempt in range(2):  # one re-ask, told why the first answer was not usable
                 try:
