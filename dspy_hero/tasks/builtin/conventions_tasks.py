@@ -45,10 +45,16 @@ sound paired test; on the full mix, where a missed second convention still makes
 one right rule fixes too few. The full task is unchanged.
 
 What the model sees. ``db_schema`` is the compact DDL (no comments; plausible column names such as
-``price``, ``is_active``, ``status``, ``deleted_at``) followed by the first three rows of every
-table, as stored (`schema_with_rows`; ``sample_rows=0`` drops them): a generator can "check the
+``price``, ``is_active``, ``status``, ``deleted_at``) followed by the first row of every table, as
+stored (`schema_with_rows`; ``sample_rows`` sets how many, 0 drops them): a generator can "check the
 sample values" only if it sees some, as BIRD prompts with example rows allow. Nothing states what a
-value means: 5499 may be cents or fils, 'N' a flag, '04/05/2024' either April or May.
+value means: 5499 may be cents or fils, 'N' a flag, '04/05/2024' either April or May. Why one row and
+not three: a prompt's first pass over a new database's schema is most of a rollout's cost on a CPU;
+with the 1.5B model on 2 idle cores, 10 held-out questions over 5 databases, three rows made a
+~720-token prompt whose first pass took 10.1 s (median rollout 7.3 s), one row ~490 tokens and 5.8 s
+(median 5.2 s), with the same answers right (1 of 10 each; `benchmarks/conventions_prompt_cost.py`,
+benchmarks/RESULTS.md). One row still shows each stored form (minor units, 'Y'/'N', the date order,
+the codes); what it rarely shows is a soft-deleted row.
 
 Examples: ``db_schema``, ``question`` (the LM's inputs, in `sql_tasks.INPUTS` order), ``db_id``,
 ``db_path`` (environment references) | ``gold_sql``, ``naive_sql``, ``conventions``, ``template``,
@@ -82,7 +88,7 @@ from dspy_hero.tasks.builtin.sql_tasks import ENV_INPUTS, INPUTS
 from dspy_hero.tasks.splits import seeded_order
 
 TASK_NAME = "builtin-conventions"
-SAMPLE_ROWS = 3  # example rows per table in db_schema
+SAMPLE_ROWS = 1  # example rows per table in db_schema (why one: the module docstring)
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
 
