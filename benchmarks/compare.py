@@ -34,7 +34,7 @@ from typing import Any
 import dspy
 
 from dspy_hero.bench.accounting import track_usage
-from dspy_hero.bench.methods import METHODS, NEEDS, MethodResult, RunContext, run_method
+from dspy_hero.bench.methods import DEFAULT_METHODS, METHODS, NEEDS, MethodResult, RunContext, run_method
 from dspy_hero.bench.report import aggregate, aggregate_markdown, write_comparison
 from dspy_hero.files import write_json_atomic as write_json
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
@@ -54,7 +54,7 @@ class CompareConfig:
     threads: int = 4
     seed: int = 0
     split_seed: int = 0
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = DEFAULT_METHODS
     out: str = "compare_out"
     lm: str | None = None
     reflection_lm: str | None = None
@@ -242,7 +242,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--seed", type=int, default=0, help="run seed (optimizers, bootstrap); splits use --split-seed")
     p.add_argument("--split-seed", type=int, default=0, help="seed of the fixed splits and pools, shared by all runs")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated subset of {','.join(METHODS)} (default: all but hero_o_t_paper)")
     p.add_argument("--out", default="compare_out")
     p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
     p.add_argument("--reflection-lm", default=None, help="litellm model string (default: a copy of the task LM)")

@@ -71,3 +71,36 @@ def test_bare_python_answer_is_scored_on_its_tests_not_lost_to_format():
     with dspy.context(lm=scripted_lm(bare), adapter=dspy.ChatAdapter()):  # what plain ChatAdapter did
         with pytest.raises(AdapterParseError):
             task.make_program()(**example.inputs())
+
+
+def test_task_programs_restate_their_instructions_after_the_inputs_and_before_the_format_reminder():
+    """The generator's user message ends with the (possibly learned) instructions, then DSPy's format
+    reminder; the system message is ChatAdapter's. Other predictors keep ChatAdapter's user message."""
+    from dspy_hero.lm.adapter import RESTATED_HEADER
+    from dspy_hero.optimizer.instructions import build_variant
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-sql")
+    example = task.test[0]
+    seen = []
+
+    def capture(req):
+        seen.append(req)
+        return {"sql": "SELECT 1"}
+
+    program = task.make_program()
+    name, predictor = program.named_predictors()[0]
+    ruled = build_variant(program, {name: predictor.signature.instructions + "\n\nRules:\n- Use aliases."})
+    with dspy.context(lm=scripted_lm(capture)):
+        ruled(**example.inputs())
+    user, system = seen[-1].user, seen[-1].system
+    inputs_end = user.index(example.question) + len(example.question)
+    restated = user.index(RESTATED_HEADER)
+    reminder = user.index("Respond with the corresponding output fields")
+    assert inputs_end < restated < reminder
+    assert user[restated:reminder].strip() == f"{RESTATED_HEADER}\n{ruled.generate.signature.instructions}"
+    assert "- Use aliases." in system  # still where DSPy puts it
+    assert seen[-1].inputs["question"] == example.question  # the scripted reader stops at the restatement
+    with dspy.context(lm=scripted_lm(capture)):
+        dspy.Predict("question -> answer")(question="Why?")
+    assert RESTATED_HEADER not in seen[-1].user

@@ -210,3 +210,21 @@ def test_hero_t_starts_from_the_programs_of_the_hero_o_evaluation(task, tmp_path
         assert initial == by_id[o["example_id"]]
     roles = [(o.get("refinement") or {}).get("lm_calls_by_role", {}) for o in refined.outcomes]
     assert any(roles) and not any(r.get("generator") for r in roles), roles
+
+
+def test_the_paper_gate_row_lets_only_the_judge_accept(task, tmp_path):
+    """``hero_o_t_paper`` is HERO-T with the paper's exact gate: every accepted revision was accepted by
+    the judge, whereas the default gate accepts a clean revision of a failing program by its checks.
+    Both rows refine the same HERO-O programs, so only the gate differs."""
+    limit = 8
+    rows = {}
+    for method in ("hero_o_t", "hero_o_t_paper"):
+        ctx = harness_context(task, tmp_path / method, limit, budget=0)
+        ctx.instructions["hero_o"] = instructions_of(task.make_program())
+        rows[method] = run_method(ctx, method)
+        assert rows[method].status == "done", rows[method].error
+    stages = {m: [rev["stage"] for o in r.outcomes for rev in (o["refinement"] or {}).get("accepted_revisions", [])]
+              for m, r in rows.items()}
+    assert "checks" in stages["hero_o_t"], stages  # the default gate's own rule was exercised
+    assert stages["hero_o_t_paper"] and set(stages["hero_o_t_paper"]) == {"judge"}, stages
+    assert rows["hero_o_t_paper"].extras["judge_when_failing"] is True

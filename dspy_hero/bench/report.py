@@ -130,7 +130,7 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
         for rule in adopted_rules({"lineage": x.get("lineage") or []}):
             lines.append(f"  - update {rule.entry_id} (round {rule.round}): in-sample {fb(rule.in_sample)} pairs, "
                          f"held-out {fb(rule.held_out)}")
-    for name in ("hero_o_t", "hero_o_react", "react"):
+    for name in ("hero_o_t", "hero_o_t_paper", "hero_o_react", "react"):
         r = results.get(name)
         if r is not None and r.status == "done":
             ref = r.extras.get("refinement") or {}

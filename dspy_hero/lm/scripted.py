@@ -27,6 +27,7 @@ from typing import Any, Callable
 import dspy
 from dspy.lm15 import Message, Response, Usage
 
+from dspy_hero.lm.adapter import RESTATED_HEADER
 from dspy_hero.text import approx_tokens  # noqa: F401  (re-exported for tests)
 
 _FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\[\[ ## \w+ ## \]\]|\Z)", re.DOTALL)
@@ -53,7 +54,7 @@ def parse_request(request: Any) -> ScriptedRequest:
     messages = tuple((m.role, m.text or "") for m in request.messages)
     # DSPy puts few-shot demos before the real input; the last user message is the real one.
     user = next((text for role, text in reversed(messages) if role == "user"), "")
-    body = user.split("\n\nRespond with", 1)[0]
+    body = user.split("\n\nRespond with", 1)[0].split(f"\n\n{RESTATED_HEADER}", 1)[0]
     inputs = {name: value.strip() for name, value in _FIELD.findall(body)}
     instructions = ""
     lowered = system.lower()

@@ -52,7 +52,9 @@ class GenerateProgram(dspy.Module):
         # Examples may also carry environment references (db_path, graph, ...) as inputs so that
         # HERO-T can reach the environment; the LM sees only the signature's own input fields.
         wanted = self.generate.signature.input_fields
-        with program_adapter():  # a program answered without field markers still counts (lm/adapter.py)
+        # A program answered without field markers still counts, and the instructions are restated after
+        # the inputs, where a small model follows them (lm/adapter.py, both measured there).
+        with program_adapter(restate_instructions=True):
             pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
         raw = getattr(pred, self.output_field, "") or ""
         return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)

@@ -644,7 +644,7 @@ def _note(train: Sequence[dspy.Example], test: Sequence[dspy.Example], seed: int
         f"{len({ex.db_id for ex in train})} databases ({dbs(train)}) / {len(test)} evaluation questions over "
         f"{len({ex.db_id for ex in test})} other databases ({dbs(test)}); both sides follow the same kinds of "
         f"convention with different spellings; data seed {seed}; db_schema shows the DDL and {sample_rows} "
-        f"example rows per table{extra}. Semantics: BIRD execution accuracy."
+        f"example row{'' if sample_rows == 1 else 's'} per table{extra}. Semantics: BIRD execution accuracy."
     )
 
 
