@@ -111,3 +111,11 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
     assert len(engine_of(rl).calls) == 2 and proposal.edits[0].problem.startswith("copies the prompt's example")
+    # the re-ask names what was copied, and a corrected second answer is the candidate
+    answers = iter([copied, "When a column is stored in Fahrenheit, convert it to Celsius before comparing."])
+    rl = scripted_lm(lambda req: {"rule": next(answers)})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))
+    assert "temp_f are the example's columns" in engine_of(rl).calls[1].inputs["failure_pattern"]
+    assert [(e.rule, e.problem) for e in proposal.edits] == [
+        ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]

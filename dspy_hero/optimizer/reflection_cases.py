@@ -34,6 +34,7 @@ from dspy_hero.fields import is_locator
 from dspy_hero.optimizer.evidence import shared_context_names
 from dspy_hero.optimizer.instructions import apply_edit
 from dspy_hero.optimizer.reflection import (
+    EXAMPLE_WORDS,
     Proposal,
     ProposedEdit,
     Proposer,
@@ -269,7 +270,10 @@ class CaseRuleProposer:
                 raws.append(f"{case.case_id}{' (re-asked)' if attempt else ''}: {raw}")
                 rule, problem = clean_rule(raw)
                 if rule and not problem and copies_an_example(rule, pattern + shown):
-                    problem = "copies the prompt's example instead of describing this evidence"
+                    # named, so the re-ask can say what to change (the 1.5B model repeated a bare refusal's copy)
+                    copied = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
+                    problem = (f"copies the prompt's example instead of describing this evidence: {copied} are the "
+                               "example's columns; name the columns of the instances above instead")
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
