@@ -81,7 +81,7 @@ def check_lm(lm) -> None:
         raise UserError(f"the LM {getattr(lm, 'model', lm)!r} cannot be reached: {type(exc).__name__}: {exc}") from exc
 
 
-def load_task_or_fail(name: str, data: Optional[Path], **task_args: Any):
+def load_task_or_fail(name: str, data: Optional[Path]):
     from dspy_hero.tasks.registry import available_tasks, load_task
 
     if data is not None and not data.exists():
@@ -93,7 +93,6 @@ def load_task_or_fail(name: str, data: Optional[Path], **task_args: Any):
     if data is not None and name in BUILTIN_LOADERS:  # their loaders would silently ignore it
         raise UserError(f"task {name!r} generates its own data; --data applies to the benchmark tasks only")
     kwargs = {"data_dir": str(data)} if data is not None else {}
-    kwargs.update(task_args)
     try:
         return load_task(name, **kwargs)
     except (FileNotFoundError, ValueError) as exc:  # no data, or data not in the benchmark's layout
@@ -218,13 +217,6 @@ def _run(fn, *args, **kwargs) -> Any:
 # paired test on ~20 update pairs, the selection pool) + 3 x 20 held-out evaluations = ~120.
 # One round with one candidate: the sound test's level is acceptance_alpha / (T * K), so every extra
 # round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
-# The demo's questions: those whose conventions are soft deletion and/or money in minor units (plus the
-# controls that touch none). Why these two: a written rule of these kinds changes what the 1.5B task model
-# writes (benchmarks/rule_placement.py: soft deletion 0 -> 4 of 8 questions, money 0 -> 4 of 7), whereas
-# in an earlier probe (rule in the system message only) a date-format rule fixed 0 of 10 and a status-code
-# rule broke 4 for 1 fix; a demo of minutes can show HERO-O adopting a rule only where one exists for this
-# model. The full task (builtin-conventions), which every comparison uses, keeps all kinds.
-DEMO_TASK_ARGS: dict[str, dict[str, Any]] = {"builtin-conventions-demo": {"kinds": ("soft_delete", "money")}}
 DEMO_MAX_METRIC_CALLS = 60
 DEMO_ROUNDS = 1
 DEMO_CANDIDATES = 1
@@ -267,7 +259,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
           refine_all=False, task_name=DEMO_TASK):
     from dspy_hero.cli.pipeline import RunConfig, StagedRun
 
-    task = load_task_or_fail(task_name, None, **DEMO_TASK_ARGS.get(task_name, {}))
+    task = load_task_or_fail(task_name, None)
     claim_run_dir(out, task.name, {
         "hero_o": hero_o_settings(lm_spec, reflection_spec, None, max_metric_calls, rounds, candidates, seed),
         "evaluate": eval_settings(lm_spec)})

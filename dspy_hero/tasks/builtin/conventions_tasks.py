@@ -735,32 +735,25 @@ def demo_subset(examples: Sequence[dspy.Example], size: int, seed: int,
 def conventions_demo_task(
     train_size: int = DEMO_TRAIN_SIZE, test_size: int = DEMO_TEST_SIZE, split_seed: int = 0,
     directory: Path | None = None, sample_rows: int = SAMPLE_ROWS, single_share: float = DEMO_SINGLE_SHARE,
-    kinds: Sequence[str] | None = None, **_: object
+    **_: object
 ) -> Task:
     """The demo-sized conventions Task of `hero demo` (``builtin-conventions-demo``): `train_size`
     optimization and `test_size` evaluation questions from the same fixed cross-database split, chosen
     by `demo_subset` on both sides (balanced over databases, mostly single-convention questions; see
-    there why). ``single_share=0`` gives a plain balanced subset. `kinds` (convention kind names, e.g.
-    ``("soft_delete", "money")``) keeps only the questions whose conventions are all of those kinds,
-    controls included; None keeps every kind."""
+    there why). ``single_share=0`` gives a plain balanced subset."""
     from dspy_hero.metrics.sql import sql_execution_metric
     from dspy_hero.tasks.builtin.task_builder import make_task
 
     train, test = split_examples(conventions_examples(split_seed, directory, sample_rows))
-    if kinds is not None:
-        wanted = {Kind(k).value for k in kinds}
-        train, test = ([ex for ex in exs if set(ex.conventions) <= wanted] for exs in (train, test))
     train = demo_subset(train, train_size, split_seed, single_share)
     test = demo_subset(test, test_size, split_seed, single_share)
     singles = sum(len(ex.conventions) == 1 for ex in train + test)
     note = _note(train, test, split_seed, sample_rows,
                  extra=(f"; demo subset, balanced over databases, {singles} of {len(train) + len(test)} questions "
-                        f"hinge on a single convention (share {single_share})"
-                        + (f"; only the kinds {', '.join(sorted(wanted))}" if kinds is not None else "")),
-                 name=f"{TASK_NAME}-demo")
+                        f"hinge on a single convention (share {single_share})"), name=f"{TASK_NAME}-demo")
     return make_task(
         name=f"{TASK_NAME}-demo", language="sql", train=train, test=test, metric=sql_execution_metric(),
         inputs=INPUTS, group_key="db_id", split_note=note,
         extras={"data_seed": split_seed, "sample_rows": sample_rows, "demo_subset": True,
-                "single_share": single_share, "kinds": sorted(wanted) if kinds is not None else None},
+                "single_share": single_share},
     )
