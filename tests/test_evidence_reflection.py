@@ -119,3 +119,25 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     assert "temp_f are the example's columns" in engine_of(rl).calls[1].inputs["failure_pattern"]
     assert [(e.rule, e.problem) for e in proposal.edits] == [
         ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]
+
+
+def test_after_a_second_unusable_answer_the_pattern_is_shown_once_more_through_another_case(db):
+    """Re-asked at temperature 0 a small model can repeat itself; the same pattern through the
+    category's other case is another prompt. It is tried once, and the rule then cites that case."""
+    cases = [case("F1", WRONG_TABLE, db), case("F3", WRONG_TABLE_2, db), case("P1", "SELECT name FROM singer", db, passed=True)]
+    copied = "When a temperature column such as temp_f is stored in Fahrenheit, convert it with (x - 32) * 5 / 9."
+    good = "Always take each column from the table whose schema lists it."
+    answers = iter([copied, copied, good])
+    rl = scripted_lm(lambda req: {"rule": next(answers)})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))
+    calls = engine_of(rl).calls
+    assert len(calls) == 3
+    assert "question F1" in calls[1].inputs["failing_case"] and "question F3" in calls[2].inputs["failing_case"]
+    assert "not usable" not in calls[2].inputs["failure_pattern"]  # a fresh prompt, not a third re-ask
+    assert [(e.rule, e.problem, e.cites) for e in proposal.edits] == [(good, None, ["F3"])]
+    # no spare case once both are taken (two candidates): each still gets exactly one re-ask
+    rl = scripted_lm(lambda req: {"rule": copied})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 2))
+    assert len(engine_of(rl).calls) == 4 and all(e.problem for e in proposal.edits)

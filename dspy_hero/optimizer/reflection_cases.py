@@ -230,35 +230,51 @@ class CaseRuleProposer:
     def choose(self, ctx: ReflectionContext) -> list[tuple[Any, str]]:
         """(case, failure pattern text) for up to K failing shown cases: categories round-robin, most
         frequent first, a case used once."""
+        return [(case, pattern) for case, pattern, _ in self._choose(ctx)]
+
+    def _choose(self, ctx: ReflectionContext) -> list[tuple[Any, str, Any]]:
+        """`choose`, each with a spare: the same pattern shown through another unused case of its
+        category (None if there is none), for when the first case yields no usable rule."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
         ordered = category_groups(failing)
-        chosen: list[tuple[Any, str]] = []
+        picks: list[tuple[Any, str, str, list[Any]]] = []
         used: set[str] = set()
         depth = 0
-        while len(chosen) < ctx.num_candidates and any(depth < len(g) for _, g in ordered):
+        while len(picks) < ctx.num_candidates and any(depth < len(g) for _, g in ordered):
             for cat, group in ordered:
-                if len(chosen) >= ctx.num_candidates:
+                if len(picks) >= ctx.num_candidates:
                     break
                 pick = _purest(group, depth, used)
                 if pick is not None:
                     used.add(pick.case_id)
-                    chosen.append((pick, failure_pattern(cat, group, len(failing), pick)))
+                    picks.append((pick, failure_pattern(cat, group, len(failing), pick), cat, group))
             depth += 1
-        return chosen
+        out = []
+        for pick, pattern, cat, group in picks:
+            spare_case = _purest(group, 0, used)
+            spare = (spare_case, failure_pattern(cat, group, len(failing), spare_case)) if spare_case else None
+            out.append((pick, pattern, spare))
+        return out
 
     def propose(self, ctx: ReflectionContext) -> Proposal:
         gradient = evidence_gradient(ctx.cases, set(ctx.shown_case_ids))
         edits: list[ProposedEdit] = []
         raws: list[str] = []
         errors: list[str] = []
-        for case, pattern in self.choose(ctx):
-            instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
-                                        + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
-            # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
-            shown = _render_case(case, self.max_case_chars, set(shared_context_names(ctx.cases)))
-            rule, problem, asked = "", None, pattern
-            for attempt in range(2):  # one re-ask, told why the first answer was not usable
+        instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
+                                    + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
+        shared = set(shared_context_names(ctx.cases))
+        for first, pattern, spare in self._choose(ctx):
+            # One re-ask, told why the first answer was not usable; then, once, the same pattern through
+            # its spare case: at temperature 0 the 1.5B model repeated its unusable answer when re-asked
+            # (a copy of the prompt's example, twice), and another case is another prompt.
+            attempts = [(first, pattern, False), (first, pattern, True)] + ([(*spare, False)] if spare else [])
+            rule, problem, case = "", None, first
+            for case, pattern, reask in attempts:
+                # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
+                shown = _render_case(case, self.max_case_chars, shared)
+                asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}" if reask else pattern
                 try:
                     out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
                                 failure_pattern=asked, failing_case=shown)
@@ -267,7 +283,7 @@ class CaseRuleProposer:
                     raws.append(f"{case.case_id}: {errors[-1]}")
                     break
                 raw = out.get("rule", "")
-                raws.append(f"{case.case_id}{' (re-asked)' if attempt else ''}: {raw}")
+                raws.append(f"{case.case_id}{' (re-asked)' if reask else ''}: {raw}")
                 rule, problem = clean_rule(raw)
                 if rule and not problem and copies_an_example(rule, pattern + shown):
                     # named, so the re-ask can say what to change (the 1.5B model repeated a bare refusal's copy)
@@ -278,7 +294,6 @@ class CaseRuleProposer:
                     problem = "duplicate of another proposed rule"
                 if not problem:
                     break
-                asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}"
             if rule or problem:
                 edits.append(ProposedEdit("add", rule, None, [case.case_id], f"ADD: {rule} ({case.case_id})", problem))
         error = errors[0] if errors and not edits else None  # every call failed: the LM is down
