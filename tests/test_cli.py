@@ -187,6 +187,29 @@ def test_a_cached_evaluation_is_reused_only_for_the_same_task_split_and_program(
     assert engine_of(lm).call_count == calls + 3  # another program: evaluated again
 
 
+def test_a_stage_whose_program_another_stage_evaluated_reuses_that_evaluation(tmp_path):
+    """HERO-O that returned the seed program is not run on the held-out questions a second time; a
+    program with other instructions is."""
+    from dspy_hero.cli.pipeline import RunConfig, StagedRun
+    from dspy_hero.lm.scripted import engine_of, scripted_lm
+    from dspy_hero.tasks.registry import load_task
+
+    task = load_task("builtin-sql")
+    lm = scripted_lm(lambda req: {"sql": "SELECT 1"})
+    run = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2))
+    seed = run.evaluate("seed", task.make_program())
+    calls = engine_of(lm).call_count
+    same = run.evaluate("hero_o", task.make_program())
+    assert engine_of(lm).call_count == calls
+    assert same.outcomes == seed.outcomes and same.extras["evaluation_of"] == "seed" and same.method == "hero_o"
+    assert json.loads((tmp_path / "eval_hero_o.json").read_text())["extras"]["evaluation_of"] == "seed"
+    assert run.ctx.outcomes["hero_o"] == seed.outcomes  # what HERO-T then starts from
+    other = task.make_program()
+    other.generate.signature = other.generate.signature.with_instructions("Write SQL.")
+    run.evaluate("tuned", other)
+    assert engine_of(lm).call_count == calls + 2
+
+
 def test_a_run_directory_belongs_to_one_task(tmp_path):
     out = tmp_path / "run"
     first = runner.invoke(app, ["evaluate", "--task", "builtin-sql", "--lm", "simulated", "--limit", "1", "--out", str(out)])
