@@ -53,8 +53,8 @@ not three: a prompt's first pass over a new database's schema is most of a rollo
 with the 1.5B model on 2 idle cores, 10 held-out questions over 5 databases, three rows made a
 ~720-token prompt whose first pass took 10.1 s (median rollout 7.3 s), one row ~490 tokens and 5.8 s
 (median 5.2 s), with the same answers right (1 of 10 each; the probe that became
-`benchmarks/conventions_prompt_cost.py`, benchmarks/RESULTS.md). One row still shows each stored form (minor units, 'Y'/'N', the date order,
-the codes); what it rarely shows is a soft-deleted row.
+`benchmarks/conventions_prompt_cost.py`, benchmarks/RESULTS.md). One row still shows each stored
+form (minor units, 'Y'/'N', the date order, the codes); what it rarely shows is a soft-deleted row.
 
 Examples: ``db_schema``, ``question`` (the LM's inputs, in `sql_tasks.INPUTS` order), ``db_id``,
 ``db_path`` (environment references) | ``gold_sql``, ``naive_sql``, ``conventions``, ``template``,
