@@ -115,7 +115,8 @@ class StagedRun:
         if same is not None:  # e.g. HERO-O returned the seed program: its rollouts are the seed's
             self.announce(f"{label}: the same program as {STAGE_LABELS.get(same.method, same.method)}; "
                           "reusing its evaluation")
-            result = replace(same, method=name, label=label, lm_evaluation={}, wall_s_evaluation=0.0, rollouts_evaluation=0,
+            result = replace(same, method=name, label=label, lm_evaluation={}, wall_s_evaluation=0.0,
+                             rollouts_evaluation=0,
                              extras={**same.extras, "fingerprint": key, "evaluation_of": same.method})
             write_json_atomic(path, result.to_dict())
             self.ctx.outcomes[name] = result.outcomes
