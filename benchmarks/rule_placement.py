@@ -1,10 +1,10 @@
-"""Does a small task model follow a rule in the system message, or only when it is restated after the inputs?
+"""Does a small task model follow a rule in the system message, or only when it comes after the inputs?
 
 For each convention kind given, the seed program and the seed plus one written rule run on the
-training questions of the conventions task that hinge on that kind alone, with the instructions in
-the system message only (DSPy's ChatAdapter) and restated after the inputs as well
-(`ProgramAdapter(restate_instructions=True)`, what the task programs use). Prints seed / rule
-correct counts and fixes:breaks per placement; writes JSON.
+training questions of the conventions task that hinge on that kind alone, once per instruction
+placement (`dspy_hero.lm.adapter.InstructionPlacement`: the system message only, as DSPy's
+ChatAdapter does; the system message and restated after the inputs; after the inputs only). Prints
+seed / rule correct counts and fixes:breaks per placement; writes JSON.
 
     python benchmarks/rule_placement.py --questions 8 --out benchmarks/results/rule-placement-qwen1.5b.json
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import dspy
 
-from dspy_hero.lm.adapter import ProgramAdapter
+from dspy_hero.lm.adapter import InstructionPlacement, ProgramAdapter
 from dspy_hero.lm.local import local_lm
 from dspy_hero.metrics.base import score_of
 from dspy_hero.optimizer.instructions import build_variant
@@ -35,8 +35,8 @@ RULES = {
 RULES_HEADER = "Rules learned from execution evidence:"  # how HERO-O appends its rules
 
 
-def correct(program: dspy.Module, examples, metric, restate: bool) -> list[bool]:
-    with dspy.context(adapter=ProgramAdapter(restate_instructions=restate)):
+def correct(program: dspy.Module, examples, metric, placement: InstructionPlacement) -> list[bool]:
+    with dspy.context(adapter=ProgramAdapter(placement=placement)):
         return [score_of(metric(ex, program(**ex.inputs()))) >= 1.0 for ex in examples]
 
 
@@ -45,6 +45,8 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["soft_delete", "money"], choices=sorted(RULES))
     parser.add_argument("--questions", type=int, default=8)
     parser.add_argument("--size", default="1.5b")
+    parser.add_argument("--placements", nargs="+", default=[p.value for p in InstructionPlacement],
+                        choices=[p.value for p in InstructionPlacement])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     task = conventions_demo_task()
@@ -57,14 +59,15 @@ def main() -> None:
             examples = sorted((ex for ex in task.train if tuple(ex.conventions) == (kind,)),
                               key=lambda ex: str(ex.db_id))[: args.questions]
             ruled = build_variant(seed, {name: f"{predictor.signature.instructions}\n\n{RULES_HEADER}\n- {RULES[kind]}"})
-            for restate in (False, True):
-                before, after = correct(seed, examples, task.metric, restate), correct(ruled, examples, task.metric, restate)
-                row = {"kind": kind, "rule": RULES[kind], "restated": restate, "n": len(examples),
+            for placement in map(InstructionPlacement, args.placements):
+                before = correct(seed, examples, task.metric, placement)
+                after = correct(ruled, examples, task.metric, placement)
+                row = {"kind": kind, "rule": RULES[kind], "placement": placement.value, "n": len(examples),
                        "seed_correct": sum(before), "rule_correct": sum(after),
                        "fixes": sum(a and not b for a, b in zip(after, before)),
                        "breaks": sum(b and not a for a, b in zip(after, before))}
                 rows.append(row)
-                print(f"{kind:12s} {'restated' if restate else 'system only':12s} seed {row['seed_correct']}/{row['n']} "
+                print(f"{kind:12s} {placement.value:20s} seed {row['seed_correct']}/{row['n']} "
                       f"with rule {row['rule_correct']}/{row['n']} (fixes {row['fixes']}, breaks {row['breaks']})",
                       flush=True)
     if args.out:

@@ -31,6 +31,7 @@ message is unchanged, so prefix reuse is too.
 from __future__ import annotations
 
 import contextlib
+import enum
 import re
 from typing import Any
 
@@ -40,25 +41,43 @@ from dspy.utils.exceptions import AdapterParseError
 from dspy_hero.text import FENCED_BLOCK
 
 _HEADER = re.compile(r"^\s*\[\[ ## \w+ ## \]\]\s*$", re.MULTILINE)
-# Starts the restated instructions in the user message (`dspy_hero.lm.scripted` reads inputs up to it).
+# Start the instructions in the user message (`dspy_hero.lm.scripted` reads inputs up to either).
 RESTATED_HEADER = "Remember the instructions:"
+INSTRUCTIONS_HEADER = "Instructions:"
+# The system message's objective when the instructions are given after the inputs only.
+OBJECTIVE_AFTER_INPUTS = "In adhering to this structure, your objective is given after the inputs."
+
+
+class InstructionPlacement(enum.Enum):
+    """Where a signature's instructions go in the prompt (see module doc for the measurements)."""
+
+    SYSTEM = "system"  # DSPy's ChatAdapter: the system message only
+    SYSTEM_AND_RESTATED = "system_and_restated"  # the system message, and again after the inputs
+    AFTER_INPUTS = "after_inputs"  # after the inputs only; the system message is the same for every variant
 
 
 class ProgramAdapter(dspy.ChatAdapter):
     """ChatAdapter, plus a fallback for programs answered without field markers (see module doc)."""
 
-    def __init__(self, program_field: str | None = None, restate_instructions: bool = False, **kwargs: Any):
+    def __init__(self, program_field: str | None = None,
+                 placement: InstructionPlacement = InstructionPlacement.SYSTEM, **kwargs: Any):
         super().__init__(**kwargs)
         self.program_field = program_field
-        self.restate_instructions = restate_instructions
+        self.placement = InstructionPlacement(placement)
+
+    def format_task_description(self, signature: type[dspy.Signature]) -> str:
+        if self.placement is InstructionPlacement.AFTER_INPUTS and (signature.instructions or "").strip():
+            return OBJECTIVE_AFTER_INPUTS
+        return super().format_task_description(signature)
 
     def format_user_message_content(self, signature: type[dspy.Signature], inputs: dict[str, Any], prefix: str = "",
                                     suffix: str = "", main_request: bool = False) -> str:
         content = super().format_user_message_content(signature, inputs, prefix, suffix, main_request)
         instructions = (signature.instructions or "").strip()
-        if not (main_request and self.restate_instructions and instructions):
+        if not (main_request and self.placement is not InstructionPlacement.SYSTEM and instructions):
             return content
-        restated = f"{RESTATED_HEADER}\n{instructions}"
+        header = INSTRUCTIONS_HEADER if self.placement is InstructionPlacement.AFTER_INPUTS else RESTATED_HEADER
+        restated = f"{header}\n{instructions}"
         reminder = self.user_message_output_requirements(signature)
         if reminder and content.endswith(reminder):  # before the format reminder, which stays last
             return f"{content[: -len(reminder)].rstrip()}\n\n{restated}\n\n{reminder}"
@@ -94,9 +113,9 @@ class ProgramAdapter(dspy.ChatAdapter):
         return {self.program_field: last.group(2).strip(), **fields}
 
 
-def program_adapter(program_field: str | None = None, restate_instructions: bool = False
-                    ) -> contextlib.AbstractContextManager:
+def program_adapter(program_field: str | None = None,
+                    placement: InstructionPlacement = InstructionPlacement.SYSTEM) -> contextlib.AbstractContextManager:
     """`dspy.context(adapter=ProgramAdapter(...))` unless the caller configured an adapter."""
     if dspy.settings.adapter is not None:
         return contextlib.nullcontext()
-    return dspy.context(adapter=ProgramAdapter(program_field, restate_instructions=restate_instructions))
+    return dspy.context(adapter=ProgramAdapter(program_field, placement=placement))

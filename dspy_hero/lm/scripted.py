@@ -27,7 +27,7 @@ from typing import Any, Callable
 import dspy
 from dspy.lm15 import Message, Response, Usage
 
-from dspy_hero.lm.adapter import RESTATED_HEADER
+from dspy_hero.lm.adapter import INSTRUCTIONS_HEADER, RESTATED_HEADER
 from dspy_hero.text import approx_tokens  # noqa: F401  (re-exported for tests)
 
 _FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\[\[ ## \w+ ## \]\]|\Z)", re.DOTALL)
@@ -54,11 +54,13 @@ def parse_request(request: Any) -> ScriptedRequest:
     messages = tuple((m.role, m.text or "") for m in request.messages)
     # DSPy puts few-shot demos before the real input; the last user message is the real one.
     user = next((text for role, text in reversed(messages) if role == "user"), "")
-    body = user.split("\n\nRespond with", 1)[0].split(f"\n\n{RESTATED_HEADER}", 1)[0]
+    body = user.split("\n\nRespond with", 1)[0]
+    body, _, after_inputs = body.partition(f"\n\n{INSTRUCTIONS_HEADER}\n")
+    body = body.split(f"\n\n{RESTATED_HEADER}", 1)[0]
     inputs = {name: value.strip() for name, value in _FIELD.findall(body)}
-    instructions = ""
+    instructions = after_inputs.strip()  # instructions given after the inputs only
     lowered = system.lower()
-    if _OBJECTIVE in lowered:
+    if not instructions and _OBJECTIVE in lowered:
         start = lowered.index(_OBJECTIVE) + len(_OBJECTIVE)
         instructions = textwrap.dedent(system[start:]).strip()
     outputs: list[str] = []

@@ -18,7 +18,7 @@ from typing import Sequence
 import dspy
 
 from dspy_hero.fields import PREDICTION_FIELDS
-from dspy_hero.lm.adapter import program_adapter
+from dspy_hero.lm.adapter import InstructionPlacement, program_adapter
 from dspy_hero.text import extract_code
 
 SEED_INSTRUCTIONS = {
@@ -54,7 +54,7 @@ class GenerateProgram(dspy.Module):
         wanted = self.generate.signature.input_fields
         # A program answered without field markers still counts, and the instructions are restated after
         # the inputs, where a small model follows them (lm/adapter.py, both measured there).
-        with program_adapter(restate_instructions=True):
+        with program_adapter(placement=InstructionPlacement.SYSTEM_AND_RESTATED):
             pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
         raw = getattr(pred, self.output_field, "") or ""
         return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)
