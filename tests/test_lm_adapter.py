@@ -104,3 +104,50 @@ def test_task_programs_restate_their_instructions_after_the_inputs_and_before_th
     with dspy.context(lm=scripted_lm(capture)):
         dspy.Predict("question -> answer")(question="Why?")
     assert RESTATED_HEADER not in seen[-1].user
+
+
+def test_each_placement_puts_the_instructions_where_it_says_and_after_inputs_keeps_one_system_message():
+    """SYSTEM is ChatAdapter's prompt; SYSTEM_AND_RESTATED adds them after the inputs; AFTER_INPUTS moves
+    them there, so two variants that differ only in instructions share the system message (and the
+    schema after it): the prefix the local server reuses."""
+    from dspy_hero.lm.adapter import INSTRUCTIONS_HEADER, OBJECTIVE_AFTER_INPUTS, RESTATED_HEADER, InstructionPlacement
+
+    seed = dspy.Signature("db_schema, question -> sql", "Write one SQLite query.")
+    ruled = seed.with_instructions("Write one SQLite query.\n\nRules:\n- Leave deleted rows out.")
+    inputs = {"db_schema": "CREATE TABLE t(a)", "question": "How many?"}
+
+    def messages(placement, signature):
+        adapter = ProgramAdapter(placement=placement)
+        msgs = adapter.format(signature, demos=[], inputs=inputs)
+        return msgs[0]["content"], msgs[-1]["content"]
+
+    plain = dspy.ChatAdapter().format(ruled, demos=[], inputs=inputs)
+    assert [m["content"] for m in plain] == list(messages(InstructionPlacement.SYSTEM, ruled))
+
+    system, user = messages(InstructionPlacement.SYSTEM_AND_RESTATED, ruled)
+    assert "Leave deleted rows out" in system
+    assert user.index("How many?") < user.index(RESTATED_HEADER) < user.index("Respond with")
+
+    system, user = messages(InstructionPlacement.AFTER_INPUTS, ruled)
+    assert "Leave deleted rows out" not in system and OBJECTIVE_AFTER_INPUTS in system
+    assert user.index("How many?") < user.index(INSTRUCTIONS_HEADER) < user.index("Leave deleted") < user.index("Respond with")
+    seed_system, seed_user = messages(InstructionPlacement.AFTER_INPUTS, seed)
+    assert seed_system == system
+    assert seed_user[: seed_user.index(INSTRUCTIONS_HEADER)] == user[: user.index(INSTRUCTIONS_HEADER)]
+
+
+def test_the_scripted_reader_finds_instructions_given_after_the_inputs():
+    from dspy_hero.lm.adapter import InstructionPlacement
+
+    seen = []
+
+    def capture(req):
+        seen.append(req)
+        return {"answer": "ok"}
+
+    sig = dspy.Signature("question -> answer", "Answer briefly.\n\nRules:\n- Say ok.")
+    for placement in InstructionPlacement:
+        with dspy.context(lm=scripted_lm(capture), adapter=ProgramAdapter(placement=placement)):
+            dspy.Predict(sig)(question="Why?")
+        assert seen[-1].instructions == sig.instructions, placement
+        assert seen[-1].inputs == {"question": "Why?"}, placement

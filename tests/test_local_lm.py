@@ -309,23 +309,30 @@ def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
                "b": "CREATE TABLE album (album_id INTEGER PRIMARY KEY, title TEXT, year INTEGER);"}
     asks = [("a", "How many singers are there?"), ("a", "How many singers are older than 30?"),
             ("b", "List all album titles.")]
-    registry = ServerRegistry()
-    lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=40, n_ctx=2048,
-                  allow_download=False)
     program = GenerateProgram("sql", ["db_schema", "question"])
-    try:
-        with dspy.context(lm=lm):
-            def run(order):
-                return {q: program(db_schema=schemas[db], question=q).sql for db, q in order}
+    answers, stats, folders = {}, {}, {}
+    for store_mib in (0, 64):  # every prefix computed afresh, then restored from saved states
+        registry = ServerRegistry()
+        lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=40, n_ctx=2048,
+                      allow_download=False, prefix_store_mib=store_mib)
+        try:
+            with dspy.context(lm=lm):
+                def run(order):
+                    return {q: program(db_schema=schemas[db], question=q).sql for db, q in order}
 
-            first, second = run(asks), run(list(reversed(asks)))
-        stats = engine_of(lm).stats
-    finally:
-        registry.close()
-    assert first == second
+                answers[store_mib] = run(asks), run(list(reversed(asks)))
+            stats[store_mib] = engine_of(lm).stats
+            folders[store_mib] = engine_of(lm).server.slot_dir
+        finally:
+            registry.close()
+    first, second = answers[0]
+    assert first == second and answers[64] == answers[0]  # a restored prefix answers as a computed one
     assert "select" in first[asks[0][1]].lower()
-    # a, a(reused), b | b(reused), a, a(reused): three prefixes computed, each reuse exact.
-    assert stats.requests == 6 and stats.prefix_builds == 3 and stats.unpinned == 0
+    # a, a(reused), b | b(reused), a, a(reused): three prefixes computed, each reuse exact ...
+    assert stats[0].requests == 6 and stats[0].prefix_builds == 3 and stats[0].unpinned == 0
+    # ... or, with saved states, two computed and the second a restored
+    assert (stats[64].prefix_builds, stats[64].prefix_restores, stats[64].unpinned) == (2, 1, 0)
+    assert folders[0] is None and folders[64] and not os.path.exists(folders[64])  # removed with the server
 
 
 def test_default_threads_leaves_busy_cores_and_neighbours_alone(monkeypatch):
@@ -351,12 +358,21 @@ class SlotSimulator:
         from dspy_hero.lm.server import ServerConfig
 
         self.config = ServerConfig(parallel=1, cache_reuse=0, cache_ram_mib=0)
-        self.name, self.closed = "sim", False
+        self.name, self.closed, self.slot_dir = "sim", False, None
         self.slot: list[int] = []
         self.log: list[tuple[str, int, int]] = []  # (kind, prompt tokens, reused tokens)
         self.requested: list[tuple[int, float]] = []  # (n_predict, temperature) of generation requests
 
     def post(self, path, body):
+        if path.startswith("/slots/0?action="):  # save/restore: a file per state in slot_dir
+            file = Path(self.slot_dir) / body["filename"]
+            if path.endswith("save"):
+                file.write_text(",".join(map(str, self.slot)))
+                self.log.append(("save", len(self.slot), 0))
+                return {"n_saved": len(self.slot), "n_written": 10 * len(self.slot)}
+            self.slot = [int(t) for t in file.read_text().split(",")]
+            self.log.append(("restore", len(self.slot), 0))
+            return {"n_restored": len(self.slot)}
         if path == "/apply-template":
             return {"prompt": "".join(f"<{m['role']}>{m['content']}</>" for m in body["messages"]) + "<assistant>"}
         if path == "/tokenize":
@@ -409,3 +425,44 @@ def test_pinned_prefix_engine_refuses_a_server_that_could_reuse_other_kv():
     sim.config = ServerConfig(parallel=2)
     with pytest.raises(ValueError, match="parallel=1"):
         PinnedPrefixEngine(sim)
+
+
+def test_a_prefix_seen_before_is_restored_from_its_saved_state_then_pinned_the_same_way(tmp_path):
+    """A, B, A: the second A is restored from the file saved when A was computed (not computed again),
+    then its last token is evaluated alone as after a build, so the generation reuses exactly P."""
+    import dspy
+
+    from dspy_hero.lm.local import PinnedPrefixEngine
+
+    sim = SlotSimulator()
+    sim.slot_dir = str(tmp_path)
+    engine = PinnedPrefixEngine(sim, store_mib=1)
+    lm = dspy.LM("local/sim", engine=engine, cache=False, num_retries=0, temperature=0.0, max_tokens=8)
+    for schema in ("A", "B", "A"):
+        _ask(lm, schema, "q?")
+    p = len("<system>Write SQL.</><user>[[ ## db_schema ## ]]\nA\n\n")
+    n = sim.log[3][1]  # the whole prompt (B's has the same length)
+    built = [("fill", p, 0), ("save", p, 0), ("fill", p, p - 1), ("generate", n, p)]  # saved right after the build
+    assert sim.log == built + built + [("restore", p, 0), ("fill", p, p - 1), ("generate", n, p)]
+    assert engine.stats.prefix_builds == 2 and engine.stats.prefix_restores == 1 and engine.stats.unpinned == 0
+    assert len(list(tmp_path.iterdir())) == 2
+
+    with pytest.raises(ValueError, match="slot_files"):
+        PinnedPrefixEngine(SlotSimulator(), store_mib=1)  # a store needs the server's folder
+
+
+def test_the_prefix_store_evicts_the_least_recently_used_state_beyond_its_cap(tmp_path):
+    from dspy_hero.lm.prefix_store import PrefixStore
+
+    store = PrefixStore(str(tmp_path), max_bytes=250)
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_text("x")
+        assert store.add(name, n_tokens=10, n_bytes=100) == ([] if name != "c" else ["a"])
+    assert "a" not in store and not (tmp_path / "a").exists() and len(store) == 2
+    store.touch("b")  # b used last: c goes next
+    (tmp_path / "d").write_text("x")
+    assert store.add("d", 10, 100) == ["c"] and sorted(p.name for p in tmp_path.iterdir()) == ["b", "d"]
+    (tmp_path / "big").write_text("x")
+    assert store.add("big", 10, 1000) == ["b", "d"] and "big" in store  # the newest stays even over the cap
+    store.discard("big")
+    assert len(store) == 0 and not list(tmp_path.iterdir())

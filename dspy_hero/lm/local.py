@@ -28,6 +28,7 @@ from typing import Any
 import dspy
 from dspy.lm15 import Message, Response, Usage
 
+from dspy_hero.lm.prefix_store import PrefixStore, prefix_name
 from dspy_hero.lm.model_pack import resolve_model
 from dspy_hero.lm.server import LocalServer, ServerConfig
 
@@ -65,6 +66,7 @@ class PinStats:
 
     requests: int = 0
     prefix_builds: int = 0
+    prefix_restores: int = 0  # prefixes restored from their saved state (`PrefixStore`) instead of built
     prefix_tokens: int = 0
     unpinned: int = 0
     generated_tokens: int = 0  # from the generation requests' own timings (prefix-only fills excluded)
@@ -104,9 +106,14 @@ class PinnedPrefixEngine:
     (``cache_ram_mib`` 0), which could restore a KV computed another way; `local_lm(deterministic=True)`
     starts it so. With ``reuse_prefix=False`` every prompt is computed from scratch (the old
     deterministic mode, kept to measure what the pinning buys).
+
+    With a server that has a slot-file folder (``slot_files``) and ``store_mib`` > 0, step 2 saves each
+    prefix's state right after computing it and, when that prefix comes back, restores the saved state
+    instead of computing it again (`dspy_hero.lm.prefix_store`: a byte copy of the canonical state, so
+    the answers are those of step 2 computed afresh).
     """
 
-    def __init__(self, server: LocalServer, *, reuse_prefix: bool = True, seed: int = 0):
+    def __init__(self, server: LocalServer, *, reuse_prefix: bool = True, seed: int = 0, store_mib: int = 0):
         cfg = server.config
         if cfg.parallel != 1 or cfg.cache_reuse != 0 or cfg.cache_ram_mib != 0:
             raise ValueError(
@@ -120,6 +127,10 @@ class PinnedPrefixEngine:
         self._pinned: list[int] | None = None
         self._lock = threading.Lock()
         self._warned = False
+        folder = getattr(server, "slot_dir", None)
+        if store_mib > 0 and not folder:
+            raise ValueError("a prefix store needs a server started with slot_files=True")
+        self.store = PrefixStore(folder, store_mib * 2**20) if store_mib > 0 else None
 
     def _prompt(self, request: Any) -> tuple[str, int]:
         """The rendered prompt and the character offset where its shared prefix ends."""
@@ -143,6 +154,33 @@ class PinnedPrefixEngine:
         return self.server.post("/completion", {"prompt": tokens, "n_predict": 0, "cache_prompt": cache,
                                                 "id_slot": 0, "temperature": 0.0})
 
+    def _load(self, prefix: list[int]) -> None:
+        """Put `prefix`'s canonical state in the slot: restored when saved before, else computed from
+        scratch (and saved)."""
+        name = prefix_name(prefix)
+        if self.store is not None and name in self.store:
+            try:
+                out = self.server.post("/slots/0?action=restore", {"filename": name})
+            except RuntimeError as exc:
+                out = {"error": str(exc)}
+            if int(out.get("n_restored", -1)) == len(prefix):
+                self.store.touch(name)
+                self.stats.prefix_restores += 1
+                return
+            logger.warning("saved prefix %s could not be restored (%s); computing it again", name, out)
+            self.store.discard(name)
+        self._fill(prefix, cache=False)
+        self.stats.prefix_builds += 1
+        self.stats.prefix_tokens += len(prefix)
+        if self.store is not None:
+            try:
+                out = self.server.post("/slots/0?action=save", {"filename": name})
+                self.store.add(name, int(out["n_saved"]), int(out["n_written"]))
+            except (RuntimeError, KeyError, ValueError) as exc:
+                logger.warning("the local server could not save a prompt prefix (%s): prefixes are computed "
+                               "from scratch from now on (slower, same answers)", exc)
+                self.store = None
+
     def complete(self, request: Any) -> Response:
         config = request.config
         body: dict[str, Any] = {
@@ -162,10 +200,8 @@ class PinnedPrefixEngine:
             prefix = tokens[:n_prefix]
             if n_prefix:
                 if prefix != self._pinned:
-                    self._fill(prefix, cache=False)
+                    self._load(prefix)
                     self._pinned = prefix
-                    self.stats.prefix_builds += 1
-                    self.stats.prefix_tokens += n_prefix
                 self._fill(prefix, cache=True)  # re-evaluates token P-1 alone, dropping what followed
             else:
                 self._pinned = None
@@ -245,6 +281,7 @@ def local_lm(
     parallel: int = 2,
     deterministic: bool = False,
     reuse_prefix: bool = True,
+    prefix_store_mib: int = 2048,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     cache: bool = False,
@@ -277,12 +314,17 @@ def local_lm(
     server's (7.9 and 3.3 s) on the same loaded 2 cores, against 16.3 and 13.9 s computing every
     prompt from scratch question-first (benchmarks/results/throughput.json, plan ``layout``).
     ``reuse_prefix=False`` computes every prompt from scratch instead (slower; kept for measurement).
+    `prefix_store_mib` caps the disk the deterministic server's saved prefix states may take (a
+    private temporary folder, removed with the server; 0: keep none, compute every new pin afresh);
+    at ~29 KB per token for the 1.5B model, the default holds some 70-140 schema-long prefixes.
     """
     resolved = resolve_model(size, model, allow_download=allow_download)
     if deterministic:
-        config = ServerConfig(n_ctx=n_ctx, threads=threads, parallel=1, cache_reuse=0, cache_ram_mib=0)
+        store_mib = prefix_store_mib if reuse_prefix else 0
+        config = ServerConfig(n_ctx=n_ctx, threads=threads, parallel=1, cache_reuse=0, cache_ram_mib=0,
+                              slot_files=store_mib > 0)
         server = (registry or SERVERS).get(resolved.path, resolved.name, config)
-        engine = PinnedPrefixEngine(server, reuse_prefix=reuse_prefix)
+        engine = PinnedPrefixEngine(server, reuse_prefix=reuse_prefix, store_mib=store_mib)
         lm = dspy.LM(f"local/{server.name}", engine=engine, temperature=temperature, max_tokens=max_tokens,
                      cache=cache, num_retries=lm_kwargs.pop("num_retries", 1), **lm_kwargs)
     else:

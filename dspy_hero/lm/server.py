@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 import urllib.error
@@ -46,6 +48,7 @@ class ServerConfig:
     verbosity: int = 0  # llama.cpp log level; 0 keeps stderr quiet except errors
     startup_timeout_s: float = 120.0
     cache_prompt: bool = True  # reuse each slot's KV cache for a shared prompt prefix
+    slot_files: bool = False  # a private folder for the /slots save/restore endpoints (see `slot_dir`)
 
 
 def _cpu_times() -> tuple[int, int] | None:
@@ -104,11 +107,14 @@ def default_threads(neighbours: int = 0, idle: float | None = None) -> int:
     return max(1, min(8, free - max(0, int(neighbours))))
 
 
-def _stop(box: list) -> None:
-    """Drop the native server: its destructor stops the loop and joins the HTTP threads."""
+def _stop(box: list, slot_dir: str | None = None) -> None:
+    """Drop the native server: its destructor stops the loop and joins the HTTP threads; then remove
+    its slot-file folder."""
     while box:
         server = box.pop()
         del server
+    if slot_dir:
+        shutil.rmtree(slot_dir, ignore_errors=True)
 
 
 class LocalServer:
@@ -146,6 +152,11 @@ class LocalServer:
         params.n_cache_reuse = int(self.config.cache_reuse)
         params.cache_ram_mib = int(self.config.cache_ram_mib)
         params.endpoint_metrics = True
+        # Slot files (KV states saved and restored by `PinnedPrefixEngine`) go to a folder of this server's
+        # own, made when it starts and removed when it stops; llama.cpp joins the path and name as strings.
+        self.slot_dir = tempfile.mkdtemp(prefix="hero-kv-") if self.config.slot_files else None
+        if self.slot_dir:
+            params.slot_save_path = os.path.join(self.slot_dir, "")
         params.verbosity = int(self.config.verbosity)
         threads = self.config.threads or default_threads(idle=idle_cores(usable_cores()))
         self.threads = threads  # what the model runs with (the config may leave it to default_threads)
@@ -155,9 +166,14 @@ class LocalServer:
         params.cpuparams_batch.poll = int(self.config.poll)
 
         started = time.perf_counter()
-        server = xllamacpp.Server(params)
+        try:
+            server = xllamacpp.Server(params)
+        except BaseException:
+            if self.slot_dir:
+                shutil.rmtree(self.slot_dir, ignore_errors=True)
+            raise
         self._box: list[Any] = [server]
-        self._finalizer = weakref.finalize(self, _stop, self._box)
+        self._finalizer = weakref.finalize(self, _stop, self._box, self.slot_dir)
         self.root_url = str(server.listening_address).rstrip("/")
         try:
             self._wait_healthy(self.config.startup_timeout_s)
