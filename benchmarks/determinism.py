@@ -3,7 +3,9 @@ same questions in two orders (as given, then shuffled so that databases interlea
 questions whose generated query is identical, for each LM mode:
 
 - ``default``: `local_lm()` (2 slots, the server's free prefix reuse; fastest, not repeatable);
-- ``deterministic``: `local_lm(deterministic=True)` (one slot, pinned shared-prefix KV; what the harness uses);
+- ``deterministic``: `local_lm(deterministic=True)` (one slot, pinned shared-prefix KV, a prefix seen
+  before restored from its saved state; what the harness uses);
+- ``deterministic-no-store``: the same with ``prefix_store_mib=0`` (every new pin computed afresh);
 - ``from-scratch``: `local_lm(deterministic=True, reuse_prefix=False)` (the old deterministic mode).
 
     python benchmarks/determinism.py [--size 0.5b] [--databases 2] [--per-db 6] [--threads 2] [--modes ...]
@@ -11,7 +13,8 @@ questions whose generated query is identical, for each LM mode:
 The questions are the first `per_db` of each of the first `databases` databases of the Spider test
 pool, interleaved (A1 B1 A2 B2 ...), so that the shuffled second order changes what ran before each.
 
-Prints one line per mode and writes benchmarks/results/determinism.json.
+Prints one line per mode (and how many queries equal the first mode's, per order) and writes
+benchmarks/results/determinism.json.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ RESULTS = Path(__file__).parent / "results" / "determinism.json"
 MODES = {
     "default": {"deterministic": False},
     "deterministic": {"deterministic": True},
+    "deterministic-no-store": {"deterministic": True, "prefix_store_mib": 0},
     "from-scratch": {"deterministic": True, "reuse_prefix": False},
 }
 
@@ -60,7 +64,7 @@ def main() -> None:
     first = sample_questions(task.test, a.databases, a.per_db)
     second = list(first)
     random.Random(a.seed).shuffle(second)
-    rows = []
+    rows, by_mode = [], {}
     for mode in a.modes.split(","):
         lm = local_lm(size=a.size, max_tokens=256, allow_download=False, **MODES[mode])
         programs, walls = [], []
@@ -71,13 +75,17 @@ def main() -> None:
             walls.append(time.perf_counter() - start)
             programs.append({ex.example_id: o.program for ex, o in zip(examples, report.outcomes)})
         same = sum(programs[0][k] == programs[1][k] for k in programs[0])
+        by_mode[mode] = programs
+        base = next(iter(by_mode.values()))
+        as_first = [sum(p[k] == b[k] for k in p) for p, b in zip(programs, base)]
         engine = engine_of(lm)
         row = {"mode": mode, "size": a.size, "questions": len(first), "dspy_threads": a.threads,
                "identical": same, "identical_fraction": same / max(1, len(first)),
+               "same_as_first_mode": as_first,
                "wall_s": [round(w, 2) for w in walls], "load_avg": list(os.getloadavg()),
                "pin_stats": vars(engine.stats) if engine is not None else None}
         rows.append(row)
-        print(f"{mode:13s} identical queries {same}/{len(first)}; wall {walls[0]:.1f}s and {walls[1]:.1f}s; "
+        print(f"{mode:22s} identical queries {same}/{len(first)}; as the first mode {as_first}; wall {walls[0]:.1f}s and {walls[1]:.1f}s; "
               f"load {row['load_avg'][0]:.2f}" + (f"; {row['pin_stats']}" if engine is not None else ""))
         close_local_servers()
     a.out.parent.mkdir(parents=True, exist_ok=True)
