@@ -15,14 +15,15 @@ in the response, so this adapter takes it when the markers are missing:
 Responses that do carry the markers are parsed exactly as ChatAdapter parses them. A user-configured
 adapter always wins (`program_adapter` only applies when none is configured).
 
-Instructions restated after the inputs (``restate_instructions``, on for the task programs'
+Where the instructions go (`InstructionPlacement`; ``SYSTEM_AND_RESTATED`` for the task programs'
 generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
 hundreds of tokens; a 1.5B model then mostly ignores a rule written there. The adapter repeats the
 instructions at the end of the user message, after the inputs and before the format reminder (as
 DSPy itself repeats the output format there). Measured with Qwen2.5-Coder-1.5B on single-convention
 questions of the conventions task, seed prompt vs the same prompt plus one rule (runs of
 `benchmarks/rule_placement.py`): a soft-deletion rule in the system message only fixed 0 of 8, restated
-after the question as well 4 of 8; a minor-units rule 4 and 4 of 7. The seed alone is unchanged by
+after the question as well 4 of 8, after the question only (``AFTER_INPUTS``, which would let every
+variant share the seed's system message) 0 of 8; a minor-units rule 4, 4 and 5 of 7. The seed alone is unchanged by
 it: 28 of 40 Spider questions either way (`benchmarks/restate_check.py`). Every method's program goes
 through this adapter alike (seed, HERO-O, GEPA, MIPROv2), so the comparison stays fair; the system
 message is unchanged, so prefix reuse is too.
