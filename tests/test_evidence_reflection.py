@@ -116,7 +116,9 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     rl = scripted_lm(lambda req: {"rule": next(answers)})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
-    assert "temp_f are the example's columns" in engine_of(rl).calls[1].inputs["failure_pattern"]
+    reask = engine_of(rl).calls[1].inputs["failure_pattern"]
+    assert "temp_f are the example's columns" in reask
+    assert reask.endswith("name the columns of the instances above instead: name, singer_in_concert, singer): " + copied)
     assert [(e.rule, e.problem) for e in proposal.edits] == [
         ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]
 
@@ -141,3 +143,23 @@ def test_after_a_second_unusable_answer_the_pattern_is_shown_once_more_through_a
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 2))
     assert len(engine_of(rl).calls) == 4 and all(e.problem for e in proposal.edits)
+
+
+def test_retries_are_sampled_at_the_round_temperature_the_first_answer_is_not(db):
+    """At temperature 0 a small model answers a re-ask with the same copy; each retry (the re-ask, the
+    spare case) is sampled at the round's reflection temperature, the first answer keeps the LM's own."""
+    import dataclasses
+
+    cases = [case("F1", WRONG_TABLE, db), case("F3", WRONG_TABLE_2, db), case("P1", "SELECT name FROM singer", db, passed=True)]
+    copied = "When a temperature column such as temp_f is stored in Fahrenheit, convert it with (x - 32) * 5 / 9."
+    good = "Always take each column from the table whose schema lists it."
+    # a reflector that copies the example whenever it answers greedily
+    rl = scripted_lm(lambda req: {"rule": copied if not req.temperature else good})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(dataclasses.replace(ctx(cases, 1), temperature=0.7, sample=2))
+    assert [c.temperature for c in engine_of(rl).calls] == [None, 0.7]
+    assert [(e.rule, e.problem, e.cites) for e in proposal.edits] == [(good, None, ["F1"])]
+    rl = scripted_lm(lambda req: {"rule": copied if not req.temperature else good})
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))  # temperature 0: every attempt greedy
+    assert [c.temperature for c in engine_of(rl).calls] == [None, None, None] and proposal.edits[0].problem

@@ -45,6 +45,7 @@ class ScriptedRequest:
     output_fields: tuple[str, ...]
     messages: tuple[tuple[str, str], ...]
     wants_json: bool = False
+    temperature: float | None = None  # the request's sampling temperature (None: the LM's default)
 
 
 def parse_request(request: Any) -> ScriptedRequest:
@@ -68,7 +69,10 @@ def parse_request(request: Any) -> ScriptedRequest:
         block = system.split("Your output fields are:", 1)[1].split("All interactions", 1)[0]
         outputs = re.findall(r"^\d+\. `(\w+)`", block, flags=re.MULTILINE)
     wants_json = "Respond with a JSON object" in user
-    return ScriptedRequest(system, user, instructions, inputs, tuple(outputs), messages, wants_json)
+    config = getattr(request, "config", None)
+    temperature = getattr(config, "temperature", None)
+    return ScriptedRequest(system, user, instructions, inputs, tuple(outputs), messages, wants_json,
+                           None if temperature is None else float(temperature))
 
 
 def format_fields(fields: dict[str, Any], expected: tuple[str, ...] = (), as_json: bool = False) -> str:

@@ -179,6 +179,15 @@ def failure_pattern(category: str, group: list[Any], total: int, case: Any, max_
     return text
 
 
+def instance_names(pattern: str, limit: int = 6) -> list[str]:
+    """The identifiers a failure pattern quotes (`archived_at`, `singer`), first seen first."""
+    names: list[str] = []
+    for name in re.findall(r"`([A-Za-z_]\w*)`", pattern):
+        if name not in names and name.lower() not in EXAMPLE_WORDS:
+            names.append(name)
+    return names[:limit]
+
+
 def clean_rule(text: str) -> tuple[str, str | None]:
     """(rule, problem): the first sentence of a free-text answer, or why it is not a usable rule."""
     raw = str(text or "").strip()
@@ -257,6 +266,16 @@ class CaseRuleProposer:
             out.append((pick, pattern, spare))
         return out
 
+    @staticmethod
+    def _retry_config(ctx: ReflectionContext, attempt: int) -> dict[str, Any] | None:
+        """The first answer at the LM's own setting; each retry sampled at the round's reflection
+        temperature with its own rollout id. Why: at temperature 0 the 1.5B reflector answered the
+        re-ask and the spare case with the same copy of the prompt's example as before (probes on the
+        conventions demo), so a retry at temperature 0 mostly buys the same answer again."""
+        if attempt == 0 or ctx.temperature <= 0:
+            return None
+        return {"temperature": ctx.temperature, "rollout_id": 100 * ctx.sample + attempt}
+
     def propose(self, ctx: ReflectionContext) -> Proposal:
         gradient = evidence_gradient(ctx.cases, set(ctx.shown_case_ids))
         edits: list[ProposedEdit] = []
@@ -271,13 +290,13 @@ class CaseRuleProposer:
             # (a copy of the prompt's example, twice), and another case is another prompt.
             attempts = [(first, pattern, False), (first, pattern, True)] + ([(*spare, False)] if spare else [])
             rule, problem, case = "", None, first
-            for case, pattern, reask in attempts:
+            for n, (case, pattern, reask) in enumerate(attempts):
                 # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
                 shown = _render_case(case, self.max_case_chars, shared)
                 asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}" if reask else pattern
                 try:
-                    out = _call(self.write_rule, ("rule",), "rule", task_instructions=instructions,
-                                failure_pattern=asked, failing_case=shown)
+                    out = _call(self.write_rule, ("rule",), "rule", self._retry_config(ctx, n),
+                                task_instructions=instructions, failure_pattern=asked, failing_case=shown)
                 except Exception as exc:  # one failed call costs one candidate, not the round
                     errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
                     raws.append(f"{case.case_id}: {errors[-1]}")
@@ -287,9 +306,13 @@ class CaseRuleProposer:
                 rule, problem = clean_rule(raw)
                 if rule and not problem and copies_an_example(rule, pattern + shown):
                     # named, so the re-ask can say what to change (the 1.5B model repeated a bare refusal's copy)
+                    # and the evidence's own names given: told only "name the columns above", the 1.5B model
+                    # copied the example again on the soft-deletion pattern (archived_at, deleted_at)
                     copied = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
+                    names = instance_names(pattern)
                     problem = (f"copies the prompt's example instead of describing this evidence: {copied} are the "
-                               "example's columns; name the columns of the instances above instead")
+                               "example's columns; name the columns of the instances above instead"
+                               + (f": {', '.join(names)}" if names else ""))
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
