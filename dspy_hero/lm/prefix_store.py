@@ -7,7 +7,10 @@ databases, so nearly every rollout needed its (schema-long) prefix computed from
 a conventions rollout on 2 cores. llama.cpp can save a slot's KV to a file and restore it in
 milliseconds (0.5B model, 603 tokens: 7.4 MB, saved in 4 ms, restored in 2 ms). A restored state is a
 byte copy of the one computed the canonical way, so determinism is kept: the engine saves a prefix
-right after computing it from scratch and restores only what it saved.
+right after computing it from scratch and restores only what it saved. Measured with the 1.5B model
+(`benchmarks/prefix_store.py`, 48 rollouts of HERO-O's alternating pattern on the conventions demo):
+494 s without saved states, 289 s with them, the same 48 programs; `benchmarks/determinism.py` gives
+12/12 identical Spider queries across two orders with and without them, and the same queries in both.
 
 The store is a least-recently-used set of those files under a byte cap; the files live in the
 server's own folder (`LocalServer.slot_dir`), removed with the server.
