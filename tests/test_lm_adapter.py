@@ -110,7 +110,12 @@ def test_each_placement_puts_the_instructions_where_it_says_and_after_inputs_kee
     """SYSTEM is ChatAdapter's prompt; SYSTEM_AND_RESTATED adds them after the inputs; AFTER_INPUTS moves
     them there, so two variants that differ only in instructions share the system message (and the
     schema after it): the prefix the local server reuses."""
-    from dspy_hero.lm.adapter import INSTRUCTIONS_HEADER, OBJECTIVE_AFTER_INPUTS, RESTATED_HEADER, InstructionPlacement
+    from dspy_hero.lm.adapter import (
+        INSTRUCTIONS_HEADER,
+        OBJECTIVE_AFTER_INPUTS,
+        RESTATED_HEADER,
+        InstructionPlacement,
+    )
 
     seed = dspy.Signature("db_schema, question -> sql", "Write one SQLite query.")
     ruled = seed.with_instructions("Write one SQLite query.\n\nRules:\n- Leave deleted rows out.")

@@ -28,8 +28,8 @@ from typing import Any
 import dspy
 from dspy.lm15 import Message, Response, Usage
 
-from dspy_hero.lm.prefix_store import PrefixStore, prefix_name
 from dspy_hero.lm.model_pack import resolve_model
+from dspy_hero.lm.prefix_store import PrefixStore, prefix_name
 from dspy_hero.lm.server import LocalServer, ServerConfig
 
 logger = logging.getLogger(__name__)
