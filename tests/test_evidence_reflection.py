@@ -116,13 +116,9 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     rl = scripted_lm(lambda req: {"rule": next(answers)})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
-    first, reask = engine_of(rl).calls
-    # asked again without the examples it copied, told the evidence's own names, not shown the copy
-    assert reask.inputs["failure_pattern"].endswith(
-        "Your previous answer described columns this evidence does not have. Name the columns of the instances "
-        "above instead: name, singer_in_concert, singer.")
-    assert "temp_f" in first.instructions and "temp_f" not in reask.instructions + reask.inputs["failure_pattern"]
-    assert "Do not correct this program" in reask.instructions
+    reask = engine_of(rl).calls[1].inputs["failure_pattern"]
+    assert "temp_f are the example's columns" in reask
+    assert reask.endswith("name the columns of the instances above instead: name, singer_in_concert, singer): " + copied)
     assert [(e.rule, e.problem) for e in proposal.edits] == [
         ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]
 

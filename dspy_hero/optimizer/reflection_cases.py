@@ -93,13 +93,6 @@ class RuleFromFailure(dspy.Signature):
     rule: str = dspy.OutputField(desc="one general rule, one sentence, no code")
 
 
-# The same task without the two examples: asked again after copying one of them (the 1.5B reflector
-# copied the sample/demo example once more when re-asked with it in view, even told which words it copied).
-RuleFromFailureNoExamples = RuleFromFailure.with_instructions(re.sub(
-    r"\s*Two examples of instances and a good rule for them:.*?(?=Do not correct)", " ",
-    RuleFromFailure.instructions, flags=re.DOTALL))
-
-
 def failure_category(feedback: str) -> str:
     """A coarse label of how a case failed, for spreading proposals over different failure kinds."""
     text = (feedback or "").strip()
@@ -237,7 +230,6 @@ class CaseRuleProposer:
 
     def __init__(self, max_case_chars: int = 400) -> None:
         self.write_rule = dspy.Predict(RuleFromFailure)
-        self.write_rule_without_examples = dspy.Predict(RuleFromFailureNoExamples)
         self.max_case_chars = max_case_chars
 
     def choose_cases(self, ctx: ReflectionContext) -> list[Any]:
@@ -297,20 +289,13 @@ class CaseRuleProposer:
             # its spare case: at temperature 0 the 1.5B model repeated its unusable answer when re-asked
             # (a copy of the prompt's example, twice), and another case is another prompt.
             attempts = [(first, pattern, False), (first, pattern, True)] + ([(*spare, False)] if spare else [])
-            rule, problem, case, copied_once = "", None, first, False
+            rule, problem, case = "", None, first
             for n, (case, pattern, reask) in enumerate(attempts):
                 # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
                 shown = _render_case(case, self.max_case_chars, shared)
-                asked = pattern
-                if reask and copied_once:  # asked without the examples, so neither they nor the copy are repeated
-                    names = instance_names(pattern)
-                    asked += ("\nYour previous answer described columns this evidence does not have."
-                              + (f" Name the columns of the instances above instead: {', '.join(names)}." if names else ""))
-                elif reask:
-                    asked += f"\nYour previous answer was not usable ({problem}): {rule or '(empty)'}"
+                asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}" if reask else pattern
                 try:
-                    writer = self.write_rule_without_examples if copied_once else self.write_rule
-                    out = _call(writer, ("rule",), "rule", self._retry_config(ctx, n),
+                    out = _call(self.write_rule, ("rule",), "rule", self._retry_config(ctx, n),
                                 task_instructions=instructions, failure_pattern=asked, failing_case=shown)
                 except Exception as exc:  # one failed call costs one candidate, not the round
                     errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
@@ -320,11 +305,14 @@ class CaseRuleProposer:
                 raws.append(f"{case.case_id}{' (re-asked)' if reask else ''}: {raw}")
                 rule, problem = clean_rule(raw)
                 if rule and not problem and copies_an_example(rule, pattern + shown):
-                    # the later attempts go without the examples and name the evidence's own columns: re-asked
-                    # with the examples in view, even told which words it copied, the 1.5B model copied again
-                    copied_once = True
+                    # named, so the re-ask can say what to change (the 1.5B model repeated a bare refusal's copy)
+                    # and the evidence's own names given: told only "name the columns above", the 1.5B model
+                    # copied the example again on the soft-deletion pattern (archived_at, deleted_at)
                     copied = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
-                    problem = f"copies the prompt's example instead of describing this evidence ({copied})"
+                    names = instance_names(pattern)
+                    problem = (f"copies the prompt's example instead of describing this evidence: {copied} are the "
+                               "example's columns; name the columns of the instances above instead"
+                               + (f": {', '.join(names)}" if names else ""))
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
