@@ -211,6 +211,8 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
                     results[method] = saved
                     ctx.instructions[method] = saved.instructions
                     ctx.outcomes[method] = saved.outcomes  # HERO-O + HERO-T starts from HERO-O's programs
+                    if saved.extras.get("program_fingerprint"):  # a later method with the same program reuses it
+                        ctx.fingerprints[method] = saved.extras["program_fingerprint"]
                     continue
             log.info("%s: running (budget %d rollouts)", method, budget)
             results[method] = run_method(ctx, method)

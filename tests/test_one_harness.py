@@ -13,6 +13,7 @@ import ast
 import json
 from pathlib import Path
 
+import dspy
 import pytest
 from typer.testing import CliRunner
 
@@ -228,3 +229,23 @@ def test_the_paper_gate_row_lets_only_the_judge_accept(task, tmp_path):
     assert "checks" in stages["hero_o_t"], stages  # the default gate's own rule was exercised
     assert stages["hero_o_t_paper"] and set(stages["hero_o_t_paper"]) == {"judge"}, stages
     assert rows["hero_o_t_paper"].extras["judge_when_failing"] is True
+
+
+def test_a_program_another_method_evaluated_is_not_run_again_but_other_demos_or_instructions_are(task, tmp_path):
+    """HERO-O returning the seed costs no second evaluation; the reuse keys on every predictor's
+    instructions *and* demos (MIPROv2 changes only demos), and never applies to wrapped programs."""
+    ctx = harness_context(task, tmp_path, 4, budget=0)
+    seed = run_method(ctx, "seed")
+    calls = len(ctx.task_lm.history)
+    same = evaluate(ctx, task.make_program(), MethodResult(method="hero_o", label="HERO-O"))
+    assert len(ctx.task_lm.history) == calls  # the LM was not asked again
+    assert same.extras["evaluation_of"] == "seed" and same.rollouts_evaluation == 0
+    assert outcomes(same.outcomes) == outcomes(seed.outcomes) and (same.pass_at_1, same.ci) == (seed.pass_at_1, seed.ci)
+
+    with_demo = task.make_program()
+    with_demo.generate.demos = [dspy.Example(**task.train[0].inputs(), sql=task.train[0].gold_sql)]
+    other = evaluate(ctx, with_demo, MethodResult(method="mipro", label="MIPROv2"))
+    assert "evaluation_of" not in other.extras and other.rollouts_evaluation == 4
+    ruled = ruled_program(task)
+    assert "evaluation_of" not in evaluate(ctx, ruled, MethodResult(method="gepa", label="GEPA")).extras
+    assert len(ctx.task_lm.history) == calls + 8

@@ -12,6 +12,7 @@ so an evaluation, a HERO-O run or a HERO-T refiner is built the same way whichev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -72,6 +73,7 @@ class RunContext:
     hero_o_log_dir: Path | None = None  # HERO-O's resumable journal; default out_dir/logs/hero_o
     refine_budget: int = 3  # HERO-T actions per query
     outcomes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # evaluations done, by method
+    fingerprints: dict[str, str] = field(default_factory=dict)  # `program_fingerprint` of each evaluated method
     progress: Progress | None = None  # one bar per evaluation (the CLI's); None: none
 
 
@@ -130,10 +132,30 @@ def example_key(example: dspy.Example, index: int) -> str:
     return str(index)
 
 
+def program_fingerprint(ctx: RunContext, program: dspy.Module) -> str | None:
+    """What makes two of the task's own programs answer alike: every predictor's instructions and demos.
+    None for any other kind of program (HERO-T, ReAct): what they do depends on more than their
+    predictors (the generator they wrap, the gate's settings)."""
+    if type(program) is not type(ctx.task.make_program()):
+        return None
+    parts = [(name, pred.signature.instructions, [dict(d) for d in pred.demos]) for name, pred in program.named_predictors()]
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> MethodResult:
-    """Run `program` on the evaluation set, filling outcomes, pass@1, its CI, VES and usage."""
+    """Run `program` on the evaluation set, filling outcomes, pass@1, its CI, VES and usage. A program
+    another method of this run already evaluated (e.g. HERO-O returning the seed) is not run again:
+    its outcomes are reused and `extras["evaluation_of"]` names that method (with one request at a time
+    a 60-question evaluation is minutes, and the outcomes would be the same on a deterministic LM)."""
     from dspy_hero.tasks.evaluate import evaluate_program
 
+    key = program_fingerprint(ctx, program)
+    if key is not None:
+        result.extras["program_fingerprint"] = key
+        same = next((m for m, k in ctx.fingerprints.items() if k == key and m in ctx.outcomes), None)
+        if same is not None:
+            return _reuse_evaluation(ctx, program, result, same, key)
     metric = CountingMetric(ctx.task.metric)
     meter = phase_usage(ctx)
     advance = ctx.progress(f"evaluate {result.method}", len(ctx.test)) if ctx.progress is not None else None
@@ -150,12 +172,27 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
         for o in report.outcomes
     ]
     scores = result.scores()
+    return _summarize(ctx, program, result, key)
+
+
+def _reuse_evaluation(ctx: RunContext, program: dspy.Module, result: MethodResult, same: str, key: str) -> MethodResult:
+    log.info("%s: the same program as %s; reusing its evaluation", result.method, same)
+    result.outcomes = [dict(o) for o in ctx.outcomes[same]]
+    result.extras["evaluation_of"] = same
+    result.wall_s_evaluation, result.rollouts_evaluation, result.lm_evaluation = 0.0, 0, {}
+    return _summarize(ctx, program, result, key)
+
+
+def _summarize(ctx: RunContext, program: dspy.Module, result: MethodResult, key: str | None) -> MethodResult:
+    scores = result.scores()
     result.pass_at_1 = sum(s >= 1.0 for s in scores) / max(1, len(scores))
     result.ci = bootstrap_mean([float(s >= 1.0) for s in scores], seed=ctx.seed).to_dict()
     result.instructions = instructions_of(program) if not result.instructions else result.instructions
     if ctx.task.language == "sql" and ctx.ves_repetitions > 0:
         result.ves = sql_ves(ctx, result.outcomes)
     ctx.outcomes[result.method] = result.outcomes
+    if key is not None:
+        ctx.fingerprints[result.method] = key
     return result
 
 
