@@ -208,6 +208,11 @@ def test_a_stage_whose_program_another_stage_evaluated_reuses_that_evaluation(tm
     other.generate.signature = other.generate.signature.with_instructions("Write SQL.")
     run.evaluate("tuned", other)
     assert engine_of(lm).call_count == calls + 2
+    # resumed in a new invocation: the seed stage comes from its file, and still counts for reuse
+    again = StagedRun(task, lm, lm, RunConfig(out_dir=tmp_path, test_limit=2))
+    again.evaluate("seed", task.make_program())
+    assert again.evaluate("hero_o_again", task.make_program()).extras["evaluation_of"] == "seed"
+    assert engine_of(lm).call_count == calls + 2
 
 
 def test_a_run_directory_belongs_to_one_task(tmp_path):

@@ -143,6 +143,12 @@ def program_fingerprint(ctx: RunContext, program: dspy.Module) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def evaluated_as(ctx: RunContext, program: dspy.Module) -> str | None:
+    """The method of this run whose evaluation `evaluate` would reuse for `program` (None: it runs)."""
+    key = program_fingerprint(ctx, program)
+    return next((m for m, k in ctx.fingerprints.items() if key is not None and k == key and m in ctx.outcomes), None)
+
+
 def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> MethodResult:
     """Run `program` on the evaluation set, filling outcomes, pass@1, its CI, VES and usage. A program
     another method of this run already evaluated (e.g. HERO-O returning the seed) is not run again:
@@ -153,7 +159,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     key = program_fingerprint(ctx, program)
     if key is not None:
         result.extras["program_fingerprint"] = key
-        same = next((m for m, k in ctx.fingerprints.items() if k == key and m in ctx.outcomes), None)
+        same = evaluated_as(ctx, program)
         if same is not None:
             return _reuse_evaluation(ctx, program, result, same, key)
     metric = CountingMetric(ctx.task.metric)

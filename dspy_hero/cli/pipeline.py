@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from dspy_hero.bench.methods import (
     Progress,
     RunContext,
     evaluate,
+    evaluated_as,
     example_key,
     hero_t_refiner,
     instructions_of,
@@ -108,34 +109,17 @@ class StagedRun:
                 logger.info("stage %s already done; reusing %s", name, path)
                 self.announce(f"{label}: already evaluated, reusing {path.name}")
                 self.ctx.outcomes[name] = saved.outcomes
+                if saved.extras.get("program_fingerprint"):  # a later stage with the same program reuses it
+                    self.ctx.fingerprints[name] = saved.extras["program_fingerprint"]
                 return saved
             logger.warning("%s was written for another task, split or program (or by an older version); "
                            "evaluating again", path)
-        same = self.same_program_evaluated(key, path)
-        if same is not None:  # e.g. HERO-O returned the seed program: its rollouts are the seed's
-            self.announce(f"{label}: the same program as {STAGE_LABELS.get(same.method, same.method)}; "
-                          "reusing its evaluation")
-            result = replace(same, method=name, label=label, lm_evaluation={}, wall_s_evaluation=0.0,
-                             rollouts_evaluation=0,
-                             extras={**same.extras, "fingerprint": key, "evaluation_of": same.method})
-            write_json_atomic(path, result.to_dict())
-            self.ctx.outcomes[name] = result.outcomes
-            return result
-        self.announce(f"{label}: evaluating on {len(self.test)} held-out examples")
+        same = evaluated_as(self.ctx, program)  # e.g. HERO-O returned the seed program: the harness reuses it
+        self.announce(f"{label}: the same program as {STAGE_LABELS.get(same, same)}; reusing its evaluation"
+                      if same is not None else f"{label}: evaluating on {len(self.test)} held-out examples")
         result = evaluate(self.ctx, program, MethodResult(method=name, label=label, extras={"fingerprint": key}))
         write_json_atomic(path, result.to_dict())
         return result
-
-    def same_program_evaluated(self, key: str, path: Path) -> MethodResult | None:
-        """Another stage's finished evaluation of a program with this fingerprint (same task, examples,
-        instructions and HERO-T settings), so an unchanged program is not run twice: on a model that
-        serves one request at a time that was a fifth of the demo's time."""
-        for other in sorted(self.out.glob("eval_*.json")):
-            if other != path:
-                saved = read_stage(other)
-                if saved.extras.get("fingerprint") == key and saved.status == "done":
-                    return saved
-        return None
 
     def fingerprint(self, program: dspy.Module) -> str:
         """What a cached evaluation must match to be reused: the task, the evaluated examples, the
