@@ -120,19 +120,32 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
 
         task_lm, refl_lm, _ = simulated_lms(examples)
         return track_usage(task_lm), track_usage(refl_lm), "scripted simulation (task)", "scripted simulation (reflection)"
-    if config.lm:
-        task_lm = dspy.LM(config.lm, cache=False)  # provider defaults (reasoning models reject temperature=0)
-    else:
+    def embedded(spec: str) -> dspy.LM:
         from dspy_hero.lm.local import local_lm
         from dspy_hero.lm.server import default_threads
 
         # Python tasks run a sandbox per rollout: while the model serves one thread, up to threads-1
         # sandboxes compute beside it, so the model leaves them those cores (default_threads' rule).
         sandboxes = max(0, config.threads - 1) if any("entry_point" in ex for ex in examples[:1]) else 0
-        task_lm = local_lm(parallel=max(1, config.threads), deterministic=config.deterministic,
-                           threads=default_threads(neighbours=sandboxes))
-    refl_lm = dspy.LM(config.reflection_lm, cache=False) if config.reflection_lm else task_lm.copy()
+        arg = spec.partition(":")[2]
+        model = {"model": arg} if arg.endswith(".gguf") or os.sep in arg else {"size": arg or "1.5b"}
+        return local_lm(parallel=max(1, config.threads), deterministic=config.deterministic,
+                        threads=default_threads(neighbours=sandboxes), **model)
+
+    task_spec = config.lm or "local"
+    # provider defaults for a hosted model (reasoning models reject temperature=0)
+    task_lm = embedded(task_spec) if is_local(task_spec) else dspy.LM(task_spec, cache=False)
+    refl_spec = config.reflection_lm
+    if refl_spec is None or refl_spec == task_spec:
+        refl_lm = task_lm.copy()
+    else:  # e.g. a 1.5B reflector teaching a 0.5B task model: --lm local:0.5b --reflection-lm local:1.5b
+        refl_lm = embedded(refl_spec) if is_local(refl_spec) else dspy.LM(refl_spec, cache=False)
     return track_usage(task_lm), track_usage(refl_lm), task_lm.model, refl_lm.model
+
+
+def is_local(spec: str) -> bool:
+    """'local', 'local:0.5b' or 'local:/path/model.gguf': the embedded model (as the `hero` CLI reads it)."""
+    return spec == "local" or spec.startswith("local:")
 
 
 def resolve_budget(config: CompareConfig, program: dspy.Module, train, val) -> tuple[int, str]:
@@ -247,8 +260,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated subset of {','.join(METHODS)} (default: all but hero_o_t_paper)")
     p.add_argument("--out", default="compare_out")
-    p.add_argument("--lm", default=None, help="litellm model string for the task LM (default: the embedded local model)")
-    p.add_argument("--reflection-lm", default=None, help="litellm model string (default: a copy of the task LM)")
+    p.add_argument("--lm", default=None, help="task LM: 'local' (default, the embedded 1.5B model), 'local:0.5b', "
+                   "'local:/path/model.gguf' or a litellm model string")
+    p.add_argument("--reflection-lm", default=None, help="the same kinds of value (default: a copy of the task LM)")
     p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
                    help="embedded model only: serve requests in parallel slots with free prefix reuse (outputs "
                         "then vary between runs at temperature 0; the deterministic default also reuses prefixes)")

@@ -366,3 +366,25 @@ def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture,
     assert json.loads((out / "meta.json").read_text())["training_references"] is True
     with pytest.raises(ValueError, match="different settings"):
         compare.run_comparison(config(out, spider_fixture, methods=["hero_o"]))
+
+
+@pytest.mark.local_model
+def test_a_small_task_model_can_be_taught_by_a_larger_local_reflector():
+    """`--lm local:0.5b --reflection-lm local:1.5b`: two embedded models, each deterministic; the same spec
+    twice shares one model (a copy, counted apart)."""
+    pytest.importorskip("xllamacpp")
+    from dspy_hero.lm import model_pack as mp
+    from dspy_hero.lm.local import close_local_servers, engine_of
+
+    if not all(mp.pack_installed(mp.get_pack(size)) for size in ("0.5b", "1.5b")):
+        pytest.skip("needs both model packs: python -m dspy_hero.lm.model_pack install 0.5b (and 1.5b)")
+    assert compare.is_local("local") and compare.is_local("local:0.5b") and not compare.is_local("openai/gpt-4o")
+    try:
+        task_lm, refl_lm, task_name, refl_name = compare.make_lms(
+            compare.CompareConfig(lm="local:0.5b", reflection_lm="local:1.5b", threads=1), [])
+        assert "0.5b" in task_name and "1.5b" in refl_name
+        assert engine_of(task_lm).server is not engine_of(refl_lm).server
+        same_task, same_refl, _, _ = compare.make_lms(compare.CompareConfig(lm="local:0.5b", threads=1), [])
+        assert same_refl is not same_task and engine_of(same_refl) is engine_of(same_task)
+    finally:
+        close_local_servers()
