@@ -3,7 +3,7 @@
 Why: the deterministic engine (`dspy_hero.lm.local.PinnedPrefixEngine`) holds one pinned prefix in
 its one slot. HERO-O's paired test runs the current prompt on a chunk of examples, then the
 candidate on the same chunk; both differ in their system message, and a chunk spans several
-databases, so nearly every rollout needed its (schema-long) prefix computed from scratch: ~3-6 s of
+databases, so nearly every rollout needed its (schema-long) prefix computed from scratch: ~7.7 s of
 a conventions rollout on 2 cores. llama.cpp can save a slot's KV to a file and restore it in
 milliseconds (0.5B model, 603 tokens: 7.4 MB, saved in 4 ms, restored in 2 ms). A restored state is a
 byte copy of the one computed the canonical way, so determinism is kept: the engine saves a prefix

@@ -270,8 +270,9 @@ class CaseRuleProposer:
     def _retry_config(ctx: ReflectionContext, attempt: int) -> dict[str, Any] | None:
         """The first answer at the LM's own setting; each retry sampled at the round's reflection
         temperature with its own rollout id. Why: at temperature 0 the 1.5B reflector answered the
-        re-ask and the spare case with the same copy of the prompt's example as before (probes on the
-        conventions demo), so a retry at temperature 0 mostly buys the same answer again."""
+        re-ask with the same copy of the prompt's example as before (probes on the conventions demo):
+        a greedy retry of a near-identical prompt mostly buys the same answer. (Sampled, it wrote
+        another rule there, not a better one: the acceptance test is what keeps such rules out.)"""
         if attempt == 0 or ctx.temperature <= 0:
             return None
         return {"temperature": ctx.temperature, "rollout_id": 100 * ctx.sample + attempt}
@@ -305,9 +306,9 @@ class CaseRuleProposer:
                 raws.append(f"{case.case_id}{' (re-asked)' if reask else ''}: {raw}")
                 rule, problem = clean_rule(raw)
                 if rule and not problem and copies_an_example(rule, pattern + shown):
-                    # named, so the re-ask can say what to change (the 1.5B model repeated a bare refusal's copy)
-                    # and the evidence's own names given: told only "name the columns above", the 1.5B model
-                    # copied the example again on the soft-deletion pattern (archived_at, deleted_at)
+                    # named, with the evidence's own column names, so the re-ask says what to change (told
+                    # neither, the 1.5B model repeated the copy; told both, it still did once on the
+                    # archived_at/deleted_at pattern, hence the sampled retry of `_retry_config`)
                     copied = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
                     names = instance_names(pattern)
                     problem = (f"copies the prompt's example instead of describing this evidence: {copied} are the "
