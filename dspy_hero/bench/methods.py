@@ -177,7 +177,6 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
          **({"refinement": o.refinement} if o.refinement else {})}
         for o in report.outcomes
     ]
-    scores = result.scores()
     return _summarize(ctx, program, result, key)
 
 
