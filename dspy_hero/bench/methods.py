@@ -145,7 +145,10 @@ def program_fingerprint(ctx: RunContext, program: dspy.Module) -> str | None:
 
 def evaluated_as(ctx: RunContext, program: dspy.Module) -> str | None:
     """The method of this run whose evaluation `evaluate` would reuse for `program` (None: it runs)."""
-    key = program_fingerprint(ctx, program)
+    return _evaluated_with(ctx, program_fingerprint(ctx, program))
+
+
+def _evaluated_with(ctx: RunContext, key: str | None) -> str | None:
     return next((m for m, k in ctx.fingerprints.items() if key is not None and k == key and m in ctx.outcomes), None)
 
 
@@ -159,7 +162,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
     key = program_fingerprint(ctx, program)
     if key is not None:
         result.extras["program_fingerprint"] = key
-        same = evaluated_as(ctx, program)
+        same = _evaluated_with(ctx, key)
         if same is not None:
             return _reuse_evaluation(ctx, program, result, same, key)
     metric = CountingMetric(ctx.task.metric)
