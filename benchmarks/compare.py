@@ -37,6 +37,7 @@ from dspy_hero.bench.accounting import track_usage
 from dspy_hero.bench.methods import DEFAULT_METHODS, METHODS, NEEDS, MethodResult, RunContext, run_method
 from dspy_hero.bench.report import aggregate, aggregate_markdown, write_comparison
 from dspy_hero.files import write_json_atomic as write_json
+from dspy_hero.lm.local import local_spec
 from dspy_hero.tasks.splits import cap, split_by_fraction, split_by_group
 
 log = logging.getLogger("hero.compare")
@@ -127,10 +128,8 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
         # Python tasks run a sandbox per rollout: while the model serves one thread, up to threads-1
         # sandboxes compute beside it, so the model leaves them those cores (default_threads' rule).
         sandboxes = max(0, config.threads - 1) if any("entry_point" in ex for ex in examples[:1]) else 0
-        arg = spec.partition(":")[2]
-        model = {"model": arg} if arg.endswith(".gguf") or os.sep in arg else {"size": arg or "1.5b"}
         return local_lm(parallel=max(1, config.threads), deterministic=config.deterministic,
-                        threads=default_threads(neighbours=sandboxes), **model)
+                        threads=default_threads(neighbours=sandboxes), **local_spec(spec))
 
     task_spec = config.lm or "local"
     # provider defaults for a hosted model (reasoning models reject temperature=0)
@@ -145,7 +144,7 @@ def make_lms(config: CompareConfig, examples: Sequence[dspy.Example]):
 
 def is_local(spec: str) -> bool:
     """'local', 'local:0.5b' or 'local:/path/model.gguf': the embedded model (as the `hero` CLI reads it)."""
-    return spec == "local" or spec.startswith("local:")
+    return local_spec(spec) is not None
 
 
 def resolve_budget(config: CompareConfig, program: dspy.Module, train, val) -> tuple[int, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
@@ -57,15 +56,15 @@ def resolve_lm(spec: str, *, size_default: str = "1.5b"):
     """'local', 'local:0.5b', 'local:/path/model.gguf' or any litellm model string -> dspy.LM."""
     import dspy
 
-    if spec == "local" or spec.startswith("local:"):
+    from dspy_hero.lm.local import local_spec
+
+    model = local_spec(spec, size_default)
+    if model is not None:
         from dspy_hero.lm.local import local_lm
         from dspy_hero.lm.model_pack import ModelIntegrityError, ModelNotFoundError
 
-        arg = spec.partition(":")[2]
         try:
-            if arg and (arg.endswith(".gguf") or os.sep in arg):
-                return local_lm(model=arg)
-            return local_lm(size=arg or size_default)
+            return local_lm(**model)
         except (ModelNotFoundError, ModelIntegrityError, FileNotFoundError, ImportError, ValueError,
                 TimeoutError) as exc:
             # no model, a bad path or size, a refused file, no xllamacpp, a server that never came up

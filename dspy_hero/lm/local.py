@@ -272,6 +272,18 @@ def close_local_servers() -> None:
     SERVERS.close()
 
 
+def local_spec(spec: str, size_default: str = "1.5b") -> dict[str, str] | None:
+    """`local_lm`'s model argument for an LM spec as the `hero` CLI and `compare.py` take it: 'local'
+    (the `size_default` pack), 'local:0.5b' (a pack size) or 'local:/path/model.gguf'; None for any
+    other spec (a litellm model string)."""
+    if not (spec == "local" or spec.startswith("local:")):
+        return None
+    arg = spec.partition(":")[2]
+    if arg and (arg.endswith(".gguf") or os.sep in arg):
+        return {"model": arg}
+    return {"size": arg or size_default}
+
+
 def local_lm(
     model: str | os.PathLike | None = None,
     *,
