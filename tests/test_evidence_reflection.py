@@ -110,17 +110,61 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
     rl = scripted_lm(lambda req: {"rule": copied})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
-    assert len(engine_of(rl).calls) == 2 and proposal.edits[0].problem.startswith("copies the prompt's example")
-    # the re-ask names what was copied, and a corrected second answer is the candidate
+    assert len(engine_of(rl).calls) == 2 and proposal.edits[0].problem.startswith("it copies a worked example")
+    # the re-ask names what was copied, does not show the copy again, and a corrected answer is the candidate
     answers = iter([copied, "When a column is stored in Fahrenheit, convert it to Celsius before comparing."])
     rl = scripted_lm(lambda req: {"rule": next(answers)})
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
     reask = engine_of(rl).calls[1].inputs["failure_pattern"]
-    assert "temp_f are the example's columns" in reask
-    assert reask.endswith("name the columns of the instances above instead: name, singer_in_concert, singer): " + copied)
+    assert "temp_f are not in it" in reask and copied not in reask
+    assert reask.endswith('start it with "When a table has a column such as name, singer_in_concert or singer,")')
     assert [(e.rule, e.problem) for e in proposal.edits] == [
         ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]
+
+
+def test_a_copied_example_is_re_asked_with_the_opening_of_a_rule_about_this_evidence(db):
+    """A small reflector that copies a worked example whenever it is free to (the 1.5B model on the
+    conventions demo, again when told to name the evidence's columns) writes a rule about this
+    evidence once the re-ask hands it the opening naming the pattern's own columns."""
+    import re
+
+    cases = [case("F1", WRONG_TABLE, db), case("P1", "SELECT name FROM singer", db, passed=True)]
+    copied = "When a table has a column that flags sample or demo rows (such as is_sample or demo_row), always leave those rows out."
+
+    def reflector(req):
+        opening = re.search(r'start it with "([^"]+)"', req.inputs["failure_pattern"])
+        return {"rule": f"{opening.group(1)} take it from the table whose schema lists it." if opening else copied}
+
+    rl = scripted_lm(reflector)
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx(cases, 1))
+    assert len(engine_of(rl).calls) == 2
+    assert [(e.rule, e.problem) for e in proposal.edits] == [(
+        "When a table has a column such as name, singer_in_concert or singer, take it from the table whose schema "
+        "lists it.", None)]
+
+
+def test_a_rule_is_asked_for_a_cause_before_a_symptom_even_when_the_symptom_is_more_frequent():
+    """"Wrong values" says only that the result is wrong; "filter differs from the reference" says what
+    the program missed. The reflector is asked about the cause first, the symptom only after it."""
+    from dspy_hero.diagnosis import Category, Diagnosis, Fact
+
+    def failing(cid: str, *facts: Fact) -> Case:
+        c = Case(cid, cid.lower(), False, 0.0, {"question": f"question {cid}"}, {"sql": "SELECT 1"}, "values differ")
+        c.diagnosis = Diagnosis("sql", facts)
+        return c
+
+    values = Fact(Category.WRONG_VALUES, "the result has the expected shape but other values; filters on `category`")
+    deleted = Fact(Category.REF_FILTER, "the reference adds the condition `deleted_at IS NULL`")
+    cases = [failing("F1", values), failing("F2", values), failing("F3", values, deleted)]
+    chosen = CaseRuleProposer().choose(ctx(cases, 2))
+    assert [c.case_id for c, _ in chosen] == ["F3", "F1"]
+    assert chosen[0][1].startswith("1 of 3 failing case(s): the correct (reference) program has a condition")
+    assert chosen[1][1].startswith("3 of 3 failing case(s): the program returns the wrong values")
+    # the gradient still counts by frequency: it reports, it does not choose
+    assert evidence_gradient(cases, {"F1", "F2", "F3"}).index("wrong values") < evidence_gradient(
+        cases, {"F1", "F2", "F3"}).index("filter differs")
 
 
 def test_after_a_second_unusable_answer_the_pattern_is_shown_once_more_through_another_case(db):

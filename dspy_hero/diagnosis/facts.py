@@ -82,6 +82,19 @@ class Category(str, Enum):
     def from_reference(self) -> bool:
         return self.name.startswith("REF_")
 
+    @property
+    def symptom(self) -> bool:
+        """Says only that the result is wrong (its shape, its values, the tests), not what in the program
+        made it so: a rule written against a symptom alone is "check the filter" (what the 1.5B
+        reflector wrote on Spider from "wrong values", tested 0:0 on 32 pairs)."""
+        return self in _SYMPTOMS
+
+
+_SYMPTOMS = frozenset({
+    Category.EMPTY_RESULT, Category.NULL_COLUMN, Category.DUPLICATE_ROWS, Category.TRUNCATED_RESULT,
+    Category.WRONG_COLUMN_COUNT, Category.WRONG_ROW_COUNT, Category.WRONG_ORDER, Category.WRONG_VALUES,
+    Category.TESTS_FAILED,
+})
 
 _DESCRIPTIONS: dict[Category, str] = {
     Category.EMPTY_PROGRAM: "the answer contains no program",

@@ -128,6 +128,18 @@ def category_groups(cases: list[Any]) -> list[tuple[str, list[Any]]]:
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), rank.get(kv[0], len(rank))))
 
 
+def causes_first(groups: list[tuple[str, list[Any]]]) -> list[tuple[str, list[Any]]]:
+    """`groups` with the symptom categories (`Category.symptom`: wrong values, wrong row count, ...)
+    after every other one, each part in its order: the reflector is asked about what the programs did
+    wrong before what their results show. Why: in a probe on the conventions demo's single-table
+    questions "wrong values" was the largest category (4 of 6 failing cases) and its instances name only
+    the columns the predictions filtered on, from which the 1.5B reflector copied the prompt's example
+    three times, while the same cases' "filter differs from the reference" names the deletion columns;
+    on Spider the symptom rules it wrote ("check if the filter is correctly applied") changed nothing."""
+    known = {c.value: c for c in Category}
+    return sorted(groups, key=lambda kv: kv[0] in known and known[kv[0]].symptom)
+
+
 def evidence_gradient(cases: list[Any], shown: set[str]) -> str:
     """The textual gradient, built by code: failure categories to revise, passing cases to preserve."""
     failing = [c for c in cases if not c.passed and c.case_id in shown]
@@ -188,6 +200,22 @@ def instance_names(pattern: str, limit: int = 6) -> list[str]:
     return names[:limit]
 
 
+def copy_problem(rule: str, names: list[str]) -> str:
+    """What the re-ask says about an answer that copied a worked example: which of the example's names
+    it used and, when the pattern quotes names of its own, the opening the rule must have.
+
+    Why the opening: told only to name the evidence's columns instead, the 1.5B reflector repeated the
+    copy (conventions demo, soft-deletion pattern, at temperature 0 and 1); the copy is of the
+    example's whole sentence, so the re-ask hands it a sentence start about this evidence's columns."""
+    used = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
+    why = f"it copies a worked example instead of describing this evidence: {used} are not in it"
+    if not names:
+        return why
+    some = names[:3]
+    listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
+    return f'{why}. Write the rule about the columns above; start it with "When a table has a column such as {listed},"'
+
+
 def clean_rule(text: str) -> tuple[str, str | None]:
     """(rule, problem): the first sentence of a free-text answer, or why it is not a usable rule."""
     raw = str(text or "").strip()
@@ -246,7 +274,7 @@ class CaseRuleProposer:
         category (None if there is none), for when the first case yields no usable rule."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
-        ordered = category_groups(failing)
+        ordered = causes_first(category_groups(failing))
         picks: list[tuple[Any, str, str, list[Any]]] = []
         used: set[str] = set()
         depth = 0
@@ -290,11 +318,12 @@ class CaseRuleProposer:
             # its spare case: at temperature 0 the 1.5B model repeated its unusable answer when re-asked
             # (a copy of the prompt's example, twice), and another case is another prompt.
             attempts = [(first, pattern, False), (first, pattern, True)] + ([(*spare, False)] if spare else [])
-            rule, problem, case = "", None, first
+            rule, problem, case, copied = "", None, first, False
             for n, (case, pattern, reask) in enumerate(attempts):
                 # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
                 shown = _render_case(case, self.max_case_chars, shared)
-                asked = f"{pattern}\nYour previous answer was not usable ({problem}): {rule or '(empty)'}" if reask else pattern
+                asked = pattern if not reask else f"{pattern}\nYour previous answer was not usable ({problem})" + (
+                    "" if copied else f": {rule or '(empty)'}")  # a copy shown again is copied again
                 try:
                     out = _call(self.write_rule, ("rule",), "rule", self._retry_config(ctx, n),
                                 task_instructions=instructions, failure_pattern=asked, failing_case=shown)
@@ -305,15 +334,9 @@ class CaseRuleProposer:
                 raw = out.get("rule", "")
                 raws.append(f"{case.case_id}{' (re-asked)' if reask else ''}: {raw}")
                 rule, problem = clean_rule(raw)
-                if rule and not problem and copies_an_example(rule, pattern + shown):
-                    # named, with the evidence's own column names, so the re-ask says what to change (told
-                    # neither, the 1.5B model repeated the copy; told both, it still did once on the
-                    # archived_at/deleted_at pattern, hence the sampled retry of `_retry_config`)
-                    copied = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
-                    names = instance_names(pattern)
-                    problem = (f"copies the prompt's example instead of describing this evidence: {copied} are the "
-                               "example's columns; name the columns of the instances above instead"
-                               + (f": {', '.join(names)}" if names else ""))
+                copied = bool(rule) and not problem and copies_an_example(rule, pattern + shown)
+                if copied:
+                    problem = copy_problem(rule, instance_names(pattern))
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
