@@ -212,7 +212,7 @@ def _run(fn, *args, **kwargs) -> Any:
 # -- commands -------------------------------------------------------------------------------------
 
 # The demo's defaults, sized for the local 1.5B model on an idle 2-core laptop at ~3.5 s a rollout (measured:
-# 7m05s to 8m06s in all, README): HERO-O's 60 rollouts (one preflight, a small diagnosis batch, one candidate's
+# 7m05s to 8m49s in all, README): HERO-O's 60 rollouts (one preflight, a small diagnosis batch, one candidate's
 # paired test on ~20 update pairs, the selection pool) + 3 x 20 held-out evaluations = ~120.
 # One round with one candidate: the sound test's level is acceptance_alpha / (T * K), so every extra
 # round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
@@ -237,7 +237,7 @@ def demo(
     lm: str = typer.Option("local", help="Task LM: 'local', 'local:0.5b', 'simulated' or a litellm model string."),
     reflection_lm: Optional[str] = typer.Option(None, help="Reflection LM (default: the task LM)."),
     max_metric_calls: int = typer.Option(DEMO_MAX_METRIC_CALLS, help="HERO-O rollout budget (with the evaluations, "
-                                         "~120 rollouts: measured 7-8 minutes in all on an idle 2-core machine, README)."),
+                                         "~120 rollouts: measured 7-9 minutes in all on an idle 2-core machine, README)."),
     rounds: int = typer.Option(DEMO_ROUNDS, help="HERO-O rounds."),
     candidates: int = typer.Option(DEMO_CANDIDATES, help="HERO-O candidates per round."),
     test_limit: int = typer.Option(DEMO_TEST_LIMIT, help="Held-out questions to evaluate."),
