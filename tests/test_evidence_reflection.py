@@ -145,6 +145,17 @@ def test_a_copied_example_is_re_asked_with_the_opening_of_a_rule_about_this_evid
         "lists it.", None)]
 
 
+def test_the_opening_of_the_copy_re_ask_is_worded_for_the_program_language():
+    from dspy_hero.optimizer.reflection_cases import copy_problem
+
+    copied = "When a temperature column such as temp_f is stored in Fahrenheit, convert it."
+    assert copy_problem(copied, ["deleted_at"], "sql").endswith('start it with "When a table has a column such as deleted_at,"')
+    assert '"When a node or relationship has a property such as since or role,"' in copy_problem(
+        copied, ["since", "role"], "cypher")
+    assert '"When the program meets ValueError,"' in copy_problem(copied, ["ValueError"], "python")
+    assert copy_problem(copied, [], "sql").endswith("temp_f are not in it")
+
+
 def test_a_rule_is_asked_for_a_cause_before_a_symptom_even_when_the_symptom_is_more_frequent():
     """"Wrong values" says only that the result is wrong; "filter differs from the reference" says what
     the program missed. The reflector is asked about the cause first, the symptom only after it."""

@@ -200,20 +200,28 @@ def instance_names(pattern: str, limit: int = 6) -> list[str]:
     return names[:limit]
 
 
-def copy_problem(rule: str, names: list[str]) -> str:
+# What the names a pattern quotes are, and how a rule about them opens, per program language (else None's).
+_OPENINGS = {"sql": ("columns", "When a table has a column such as {}"),
+             "cypher": ("properties", "When a node or relationship has a property such as {}"),
+             None: ("names", "When the program meets {}")}
+
+
+def copy_problem(rule: str, names: list[str], language: str | None = None) -> str:
     """What the re-ask says about an answer that copied a worked example: which of the example's names
-    it used and, when the pattern quotes names of its own, the opening the rule must have.
+    it used and, when the pattern quotes names of its own, the opening the rule must have (worded for
+    the program's language: columns, properties, or the names alone).
 
     Why the opening: told only to name the evidence's columns instead, the 1.5B reflector repeated the
     copy (conventions demo, soft-deletion pattern, at temperature 0 and 1); the copy is of the
-    example's whole sentence, so the re-ask hands it a sentence start about this evidence's columns."""
+    example's whole sentence, so the re-ask hands it a sentence start about this evidence's names."""
     used = ", ".join(w for w in EXAMPLE_WORDS if w in rule.lower())
     why = f"it copies a worked example instead of describing this evidence: {used} are not in it"
     if not names:
         return why
     some = names[:3]
     listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
-    return f'{why}. Write the rule about the columns above; start it with "When a table has a column such as {listed},"'
+    kind, opening = _OPENINGS.get(language, _OPENINGS[None])
+    return f'{why}. Write the rule about the {kind} above; start it with "{opening.format(listed)},"'
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
@@ -336,7 +344,7 @@ class CaseRuleProposer:
                 rule, problem = clean_rule(raw)
                 copied = bool(rule) and not problem and copies_an_example(rule, pattern + shown)
                 if copied:
-                    problem = copy_problem(rule, instance_names(pattern))
+                    problem = copy_problem(rule, instance_names(pattern), case.language)
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
