@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import dspy
+from rule_placement import RULES
 
 from dspy_hero.lm.local import local_lm
 from dspy_hero.metrics.base import score_of
@@ -33,8 +34,7 @@ from dspy_hero.tasks.builtin.conventions_tasks import (
     split_examples,
 )
 
-RULE = ("When a table has a column that flags deleted or archived rows (such as deleted_at or archived_at), "
-        "always leave those rows out.")  # the 1.5B reflector's own rule in `hero demo`
+RULE = RULES["soft_delete"]  # the 1.5B reflector's own rule in `hero demo`
 _NOT_SINGLE_TABLE = re.compile(r"\bJOIN\b|\bGROUP\s+BY\b|\bROUND\s*\(|\(\s*SELECT\b", re.IGNORECASE)
 
 
