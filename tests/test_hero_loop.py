@@ -354,3 +354,48 @@ def test_a_copy_of_the_per_pattern_prompts_example_is_never_a_candidate():
     assert not_a_rule("When a table has a column that flags deleted rows, always leave those rows out.", []) is None
     borrowed = "When a table has a column that flags sample or demo rows (such as deleted_at), always leave those rows out."
     assert not_a_rule(borrowed, []) is None  # the example's wording, the evidence's column: a rule
+
+
+def _seed_sensitive_reflector():
+    """Greedy (no seed) it proposes COUNT_RULE citing no case (unusable); sampled at a seed, citing
+    the failing cases. The same question asked twice at the LM's own seed gets the same unusable answer."""
+    state = {"failing": []}
+
+    def script(req):
+        if "evidence" in req.inputs:
+            state["failing"] = re.findall(r"### Case (F\d+)", req.inputs["evidence"])
+            return {"preserve": "- (none)", "revise": f"- counting ({', '.join(state['failing'])})"}
+        if "failure_pattern" in req.inputs:  # the per-pattern proposer: greedy, it answers with SQL
+            return {"rule": COUNT_RULE if req.seed is not None else "SELECT COUNT(*) FROM t"}
+        cite = f" ({', '.join(state['failing'][:3])})" if req.seed is not None else ""
+        return {"edits": f"ADD: {COUNT_RULE}{cite}"}
+
+    return scripted_lm(script, name="seeded-reflect")
+
+
+@pytest.mark.parametrize("style", ["evidence_wide", "per_pattern"])
+def test_a_round_that_repeats_an_earlier_question_asks_at_fresh_seeds(style):
+    """Round 1 finds nothing usable and changes nothing, so round 2 diagnoses the same whole pool
+    and would ask round 1's question again; asked at a fresh seed, it gets another answer (the
+    per-pattern proposer's first answer, greedy in a new question, is sampled too)."""
+    rl = _seed_sensitive_reflector()
+    out = compile_toy(None, rl=rl, num_rounds=2, num_candidates=1, proposal_style=style)
+    res = out.detailed_results
+    first, second = res.rounds
+    assert not any(c.decision for c in first.candidates)  # the uncited rule is not tested
+    assert [c["example_id"] for c in first.diagnosis_cases] == [c["example_id"] for c in second.diagnosis_cases]
+    assert second.adopted_candidate_id is not None and COUNT_RULE in out.generate.signature.instructions
+    one_round = _seed_sensitive_reflector()
+    compile_toy(None, rl=one_round, num_rounds=1, num_candidates=1, proposal_style=style)
+    n1 = len(engine_of(one_round).calls)  # round 1's calls: each at the LM's own seed
+    seeds = [c.seed for c in engine_of(rl).calls]
+    assert n1 >= 2 and set(seeds[:n1]) == {None} and seeds[n1:] and None not in seeds[n1:]
+
+
+def test_at_temperature_zero_a_repeated_question_is_not_asked_again():
+    rl = _seed_sensitive_reflector()
+    out = compile_toy(None, rl=rl, num_rounds=2, num_candidates=1, reflection_temperature=0.0)
+    first, second = out.detailed_results.rounds
+    assert len(engine_of(rl).calls) == 5  # round 1's only: gradient, edits, the per-pattern fallback's three
+    assert any("asking again would repeat" in n for n in second.notes)
+    assert COUNT_RULE not in out.generate.signature.instructions

@@ -46,6 +46,7 @@ class ScriptedRequest:
     messages: tuple[tuple[str, str], ...]
     wants_json: bool = False
     temperature: float | None = None  # the request's sampling temperature (None: the LM's default)
+    seed: int | None = None  # the request's sampling seed (None: the LM's default)
 
 
 def parse_request(request: Any) -> ScriptedRequest:
@@ -70,9 +71,9 @@ def parse_request(request: Any) -> ScriptedRequest:
         outputs = re.findall(r"^\d+\. `(\w+)`", block, flags=re.MULTILINE)
     wants_json = "Respond with a JSON object" in user
     config = getattr(request, "config", None)
-    temperature = getattr(config, "temperature", None)
+    temperature, seed = getattr(config, "temperature", None), getattr(config, "seed", None)
     return ScriptedRequest(system, user, instructions, inputs, tuple(outputs), messages, wants_json,
-                           None if temperature is None else float(temperature))
+                           None if temperature is None else float(temperature), None if seed is None else int(seed))
 
 
 def format_fields(fields: dict[str, Any], expected: tuple[str, ...] = (), as_json: bool = False) -> str:

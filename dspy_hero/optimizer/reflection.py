@@ -71,6 +71,7 @@ class ReflectionContext:
     proposed: tuple[str, ...] = ()  # edits already proposed in this round (a later call must differ)
     temperature: float = 0.0  # sampling temperature of the reflection calls
     sample: int = 0  # which proposal call of the round (distinct samples at temperature > 0)
+    repeat: int = 0  # earlier rounds asked about this same evidence, prompt and rejected rules
     focus: str = ""  # the failure category this call's evidence slice shows, if any
 
     def rules_and_rejected(self) -> str:
@@ -87,12 +88,16 @@ class ReflectionContext:
             text += f"\n\nThe failing cases shown have this in common: {self.focus}"
         return text
 
-    def lm_config(self) -> dict[str, Any]:
+    def lm_config(self, attempt: int = 0) -> dict[str, Any]:
         """Per-call LM settings: temperature > 0 samples, and a distinct rollout id per call keeps the
-        K calls of a round from being answered from one cache entry."""
+        K calls of a round from being answered from one cache entry. A repeated question (`repeat`)
+        also gets its own seed: the rollout id only keys DSPy's cache, and a seeded server (the
+        deterministic local one, or an API given a seed) answers an identical prompt identically --
+        on Spider split seed 2 four rounds re-asked one round's evidence and got its 28 proposals back."""
         if self.temperature <= 0:
             return {}
-        return {"temperature": self.temperature, "rollout_id": self.sample}
+        rollout = 1000 * self.repeat + 100 * self.sample + attempt
+        return {"temperature": self.temperature, "rollout_id": rollout, **({"seed": rollout} if self.repeat else {})}
 
     @property
     def failing_ids(self) -> set[str]:

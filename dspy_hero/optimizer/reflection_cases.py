@@ -308,10 +308,11 @@ class CaseRuleProposer:
         temperature with its own rollout id. Why: at temperature 0 the 1.5B reflector answered the
         re-ask with the same copy of the prompt's example as before (probes on the conventions demo):
         a greedy retry of a near-identical prompt mostly buys the same answer. (Sampled, it wrote
-        another rule there, not a better one: the acceptance test is what keeps such rules out.)"""
-        if attempt == 0 or ctx.temperature <= 0:
+        another rule there, not a better one: the acceptance test is what keeps such rules out.) A
+        repeated question samples its first answer too: greedy, it would be the earlier round's."""
+        if (attempt == 0 and not ctx.repeat) or ctx.temperature <= 0:
             return None
-        return {"temperature": ctx.temperature, "rollout_id": 100 * ctx.sample + attempt}
+        return ctx.lm_config(attempt)
 
     def propose(self, ctx: ReflectionContext) -> Proposal:
         gradient = evidence_gradient(ctx.cases, set(ctx.shown_case_ids))

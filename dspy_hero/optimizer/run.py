@@ -5,6 +5,7 @@ for plan in planner.rounds():                       # owns the budget
     cases    = diagnose(sampler.next(plan))          # current prompt on diagnosis examples
     evidence = evidence.render(cases)                # passing + failing cases, per-category slices
     for ctx in proposals.contexts(evidence):         # K calls over different slices, temperature > 0
+                                                     #   (a question asked before: fresh seeds; at T=0 none)
         cands += builder.build(reflect(ctx))         # not-a-rule filter, guard, dedup vs rejected
     for c in cands: c.decision = acceptance.decide(c, update pool, a fair share, family_size=K)
     adopter.adopt(cands)                             # accepted ones only, by lower bound
@@ -285,6 +286,7 @@ class HeroRun:
         self.decisions: dict[str, Any] = {}  # archive entry id -> the decision that adopted it
         self.reflection_usage = UsageMeter()
         self.rejected: dict[str, dict[str, str | None]] = {}  # prompt key -> {rejected text: its edit (None: full text)}
+        self.asked: dict[str, int] = {}  # question key -> rounds that asked it
         self.update_order_seed = self.rng_seed * 1_000_003
         cap = int(self.total * s.selection_budget_fraction)
         # final selection and lineage score each archive entry (and one more adoption) on the selection pool
@@ -337,7 +339,14 @@ class HeroRun:
             # reflecting would cost minutes of reflection-LM time for candidates no test can look at
             rec.notes.append("the round's budget cannot fund one candidate's first look: no proposal asked")
             return rec
-        queued = self._propose(plan, rec, evidence, rejected)
+        asked = self._question_key(plan.predictor, evidence, rejected)
+        repeat = self.asked.get(asked, 0)
+        if repeat and self.s.reflection_temperature <= 0:
+            rec.notes.append("the same evidence, prompt and rejected rules as an earlier round that found nothing "
+                             "new: at reflection_temperature=0 asking again would repeat its answers")
+            return rec
+        self.asked[asked] = repeat + 1
+        queued = self._propose(plan, rec, evidence, rejected, repeat)
         if not queued:
             rec.notes.append("no usable candidate this round")
             return rec
@@ -369,12 +378,21 @@ class HeroRun:
         rec.shown_case_ids = list(evidence.shown)
         return evidence
 
+    def _question_key(self, predictor: str, evidence: Evidence, rejected: dict[str, str | None]) -> str:
+        """What a round asks the reflector: the same key means the same prompts. It recurs when the
+        diagnosis pool is exhausted and the last round changed nothing (on Spider split seed 2 a
+        14-question pool was diagnosed whole in round 1, and rounds 2-5 asked round 1's question)."""
+        parts = (predictor, self.current[predictor].render(), evidence.text, *sorted(rejected))
+        return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+
     def _propose(self, plan: RoundPlan, rec: RoundRecord, evidence: Evidence,
-                 rejected: dict[str, str | None]) -> list[Candidate]:
-        """Proposal calls over the evidence slices until K distinct new candidates are queued."""
+                 rejected: dict[str, str | None], repeat: int) -> list[Candidate]:
+        """Proposal calls over the evidence slices until K distinct new candidates are queued; a
+        question asked before (`repeat` > 0) is asked at fresh samples."""
         state, k = self.current[plan.predictor], self.s.num_candidates
         base = ReflectionContext(plan.predictor, state.seed, state.rules, state.render(), evidence.text,
-                                 list(evidence.shown), k, evidence.cases, tuple(e for e in rejected.values() if e))
+                                 list(evidence.shown), k, evidence.cases, tuple(e for e in rejected.values() if e),
+                                 repeat=repeat)
         queued: list[Candidate] = []
         taken: set[str] = set()
         for ctx in self.proposals.contexts(base, evidence):
