@@ -201,6 +201,9 @@ def test_reference_diff_only_when_a_reference_is_passed(env, db):
      "prediction has no condition on `archived_at`"),
     ("SELECT 1 FROM o WHERE status IN ('delivered', 'sent')", "SELECT 1 FROM o WHERE status IN ('DLV')",
      Category.REF_COMPARED_VALUE, "the reference compares `status` with 'DLV', the prediction with 'delivered', 'sent'"),
+    ("SELECT SUM(p.amount) FROM purchases p JOIN members m ON p.member_id = m.member_id WHERE m.country = 'Kuwait'",
+     "SELECT SUM(t.amount) / 1000.0 FROM purchases t", Category.REF_EXTRA_FILTER,
+     "the prediction adds the condition `country = 'Kuwait'`; the reference has no condition on `country`"),
 ])
 def test_reference_diff_names_conventions_the_schema_hides(pred, gold, category, text):
     """Stored-value conventions (minor units, text dates, flag and code spellings) show up only as how a
@@ -217,6 +220,20 @@ def test_reference_diff_names_conventions_the_schema_hides(pred, gold, category,
 def test_reference_diff_is_quiet_when_the_column_is_read_alike(pred, gold):
     cats = {f.category for f in diagnose("sql", {}, pred, reference=gold).facts}
     assert not cats & {Category.REF_COLUMN_FORM, Category.REF_COMPARED_VALUE}
+
+
+def test_an_extra_condition_is_its_own_fact_and_a_missing_one_is_not_it():
+    """A prediction that filters on a column the reference does not (the 1.5B model reading a currency
+    as a country) is told apart from one that lacks the reference's filter, and a condition on a
+    column both filter (other values) is neither."""
+    def cats(pred, gold):
+        return {f.category for f in diagnose("sql", {}, pred, reference=gold).facts}
+    lacking = cats("SELECT COUNT(*) FROM f", "SELECT COUNT(*) FROM f WHERE archived_at IS NULL")
+    assert Category.REF_FILTER in lacking and Category.REF_EXTRA_FILTER not in lacking
+    both = cats("SELECT COUNT(*) FROM f WHERE archived_at IS NULL AND country = 'FR'",
+                "SELECT COUNT(*) FROM f WHERE archived_at IS NULL AND is_active = 1")
+    assert {Category.REF_FILTER, Category.REF_EXTRA_FILTER} <= both
+    assert Category.REF_EXTRA_FILTER not in cats("SELECT 1 FROM f WHERE country = 'FR'", "SELECT 1 FROM f WHERE country = 'FRA'")
 
 
 def test_environment_built_from_the_case_fields_and_reused(db):

@@ -71,6 +71,7 @@ class Category(str, Enum):
     REF_GROUP_BY = "GROUP BY differs from the reference"
     REF_ORDER_LIMIT = "ORDER BY/LIMIT differs from the reference"
     REF_FILTER = "filter differs from the reference"
+    REF_EXTRA_FILTER = "condition the reference does not have"
     REF_COLUMN_FORM = "column read differently from the reference"
     REF_COMPARED_VALUE = "column compared with other values than the reference"
     REF_PATTERN = "graph pattern differs from the reference"
@@ -140,6 +141,8 @@ _DESCRIPTIONS: dict[Category, str] = {
     Category.REF_ORDER_LIMIT: "the generated program's ORDER BY / LIMIT differs from the correct one's",
     Category.REF_FILTER: "the correct (reference) program has a condition on a column that the generated one does not "
                          "filter on",
+    Category.REF_EXTRA_FILTER: "the generated program adds a condition on a column that the correct (reference) program "
+                               "does not filter on",
     Category.REF_COLUMN_FORM: "the correct (reference) program converts a column's stored value (scales it, parses "
                               "it) where the generated one uses it as stored",
     Category.REF_COMPARED_VALUE: "the generated program compares a column with other values than the correct one "

@@ -525,7 +525,7 @@ def _property_facts(feedback: str | None, shape: SqlShape, execution: Execution)
 def reference_facts(tree: exp.Expression, reference: str) -> list[Fact]:
     """TRAINING cases only: what the reference query's structure has that the prediction's lacks
     (or the reverse): tables, selected column count, aggregates, DISTINCT, GROUP BY, ORDER BY/LIMIT,
-    filtered columns."""
+    filtered columns (missing and extra)."""
     ref_tree, _ = _parse(extract_code(reference, "sql"))
     if ref_tree is None:
         return []
@@ -560,6 +560,16 @@ def reference_facts(tree: exp.Expression, reference: str) -> list[Fact]:
             facts.append(Fact(Category.REF_FILTER, (
                 f"the reference adds the condition {' and '.join(f'`{c}`' for c in conditions)}; the prediction has "
                 f"no condition on {names}" if conditions else f"the reference filters on {names}, the prediction does not")))
+    # Its own category, not a kind of REF_FILTER: in 206 failing conventions rollouts (sessions 5-6) 104
+    # filtered on a column the reference does not (a country read from "in Kuwaiti dinars", a category
+    # from the shop's name), 58 of them with no missing filter, so nothing else said what went wrong.
+    extra = [c for c in pred.filters if c not in set(ref.filters)]
+    if extra:
+        conditions = [cond for c in extra[:2] if (cond := _condition_on(tree, c))]
+        names = ", ".join(f"`{c}`" for c in extra[:4])
+        facts.append(Fact(Category.REF_EXTRA_FILTER, (
+            f"the prediction adds the condition {' and '.join(f'`{c}`' for c in conditions)}; the reference has "
+            f"no condition on {names}" if conditions else f"the prediction filters on {names}, the reference does not")))
     facts += _form_facts(_column_forms(tree), _column_forms(ref_tree))
     facts += _value_facts(_compared_values(tree), _compared_values(ref_tree))
     return facts
