@@ -27,7 +27,7 @@ from dspy_hero.lm.local import local_lm
 from dspy_hero.metrics.base import score_of
 from dspy_hero.optimizer.instructions import build_variant, render_instructions
 from dspy_hero.tasks.builtin.conventions_tasks import (
-    _interleaved,
+    interleaved_by_database,
     conventions_demo_task,
     conventions_examples,
     seeded_order,
@@ -49,7 +49,7 @@ def main() -> None:
     train, _ = split_examples(conventions_examples(0, None, 1))
     if args.single_table:
         train = [ex for ex in train if not _NOT_SINGLE_TABLE.search(ex.gold_sql)]
-    questions = _interleaved(seeded_order(train, 0, key=lambda ex: str(ex.example_id)))[: args.questions]
+    questions = interleaved_by_database(seeded_order(train, 0, key=lambda ex: str(ex.example_id)))[: args.questions]
     kinds = Counter("+".join(sorted(ex.conventions)) or "control" for ex in questions)
     print("questions per convention mix:", dict(kinds.most_common()), flush=True)
     task = conventions_demo_task()  # its program and metric; the questions above are the full task's

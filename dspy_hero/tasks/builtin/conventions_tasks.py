@@ -685,7 +685,7 @@ DEMO_TEST_SIZE = 20
 DEMO_SINGLE_SHARE = 0.75
 
 
-def _interleaved(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
+def interleaved_by_database(examples: Sequence[dspy.Example]) -> list[dspy.Example]:
     """Round-robin over databases (each database's own order kept), so any prefix (``--test-limit``)
     still covers every database."""
     groups: dict[str, list[dspy.Example]] = {}
@@ -729,7 +729,7 @@ def demo_subset(examples: Sequence[dspy.Example], size: int, seed: int,
         take += [ex for ex in singles if ex not in take][: quota - len(take)]
         chosen += take
     ids = {str(ex.example_id) for ex in chosen}
-    return _interleaved([ex for ex in examples if str(ex.example_id) in ids])
+    return interleaved_by_database([ex for ex in examples if str(ex.example_id) in ids])
 
 
 def conventions_demo_task(
