@@ -27,9 +27,9 @@ from dspy_hero.lm.local import local_lm
 from dspy_hero.metrics.base import score_of
 from dspy_hero.optimizer.instructions import build_variant, render_instructions
 from dspy_hero.tasks.builtin.conventions_tasks import (
-    interleaved_by_database,
     conventions_demo_task,
     conventions_examples,
+    interleaved_by_database,
     seeded_order,
     split_examples,
 )
