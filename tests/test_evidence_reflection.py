@@ -218,3 +218,40 @@ def test_retries_are_sampled_at_the_round_temperature_the_first_answer_is_not(db
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))  # temperature 0: every attempt greedy
     assert [c.temperature for c in engine_of(rl).calls] == [None, None, None] and proposal.edits[0].problem
+
+
+def test_each_pattern_is_asked_with_its_own_kind_of_worked_example_first():
+    """The 1.5B reflector writes in the first worked example's mould (shown the missing-filter example
+    first, it answered an extra-condition pattern with "... always leave those rows out"). A scripted
+    reflector that does the same must get the extra-condition rule for an extra-condition pattern, and
+    the missing-filter rule for a missing filter."""
+    from dspy_hero.diagnosis import Category, Diagnosis, Fact
+
+    def failing(cid: str, fact: Fact) -> Case:
+        c = Case(cid, cid.lower(), False, 0.0, {"question": f"question {cid}"}, {"sql": "SELECT 1"}, "values differ")
+        c.diagnosis = Diagnosis("sql", (fact,))
+        return c
+
+    def first_example_mould(req) -> dict:
+        first = req.instructions.split("for them:\n- ", 1)[1]
+        name = "subscribed" if "`subscribed" in req.inputs["failure_pattern"] else "deleted_at"
+        if first.startswith('"(1) the prediction adds'):
+            return {"rule": f"Filter only on what the question asks for: never add a condition on a column (such "
+                            f"as {name}) that the question does not ask about."}
+        return {"rule": f"When a table has a column that flags rows (such as {name}), always leave those rows out."}
+
+    extra = Fact(Category.REF_EXTRA_FILTER, "the prediction adds the condition `subscribed = 'no'`; the reference "
+                                            "has no condition on `subscribed`")
+    missing = Fact(Category.REF_FILTER, "the reference adds the condition `deleted_at IS NULL`; the prediction has "
+                                        "no condition on `deleted_at`")
+    rl = scripted_lm(first_example_mould)
+    with dspy.context(lm=rl):
+        proposal = CaseRuleProposer().propose(ctx([failing("F1", extra), failing("F2", missing)], 2))
+    rules = {e.cites[0]: e.rule for e in proposal.edits if e.problem is None}
+    assert rules["F1"].startswith("Filter only on what the question asks for") and "subscribed" in rules["F1"]
+    assert rules["F2"].endswith("always leave those rows out.") and "deleted_at" in rules["F2"]
+    # a copy of the new example's own names is a copy like the others'
+    from dspy_hero.optimizer.reflection import copies_an_example
+    copy = "Filter only on what the question asks for: never add a condition on a column (such as promo_tier)."
+    assert copies_an_example(copy, "the prediction adds `country = 'KW'`")
+    assert not copies_an_example(copy.replace("promo_tier", "country"), "the prediction adds `country = 'KW'`")

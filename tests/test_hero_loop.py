@@ -395,7 +395,7 @@ def test_a_round_that_repeats_an_earlier_question_asks_at_fresh_seeds(style):
 def test_at_temperature_zero_a_repeated_question_is_not_asked_again():
     rl = _seed_sensitive_reflector()
     out = compile_toy(None, rl=rl, num_rounds=2, num_candidates=1, reflection_temperature=0.0)
-    first, second = out.detailed_results.rounds
+    _, second = out.detailed_results.rounds
     assert len(engine_of(rl).calls) == 5  # round 1's only: gradient, edits, the per-pattern fallback's three
     assert any("asking again would repeat" in n for n in second.notes)
     assert COUNT_RULE not in out.generate.signature.instructions

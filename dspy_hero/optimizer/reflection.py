@@ -245,11 +245,11 @@ _EMBEDDED = re.compile(  # a whole query inside a sentence ("When ..., SELECT * 
 
 NOT_A_RULE = "not a rule:"
 
-# The column names of the per-pattern prompt's two examples (reflection_cases.RuleFromFailure): a rule naming
+# The column names of the per-pattern prompt's three examples (reflection_cases.RuleFromFailure): a rule naming
 # them when the evidence does not copies an example (the 1.5B model did, and later calls repeated the copy).
 # Only names: a rule that borrows an example's wording but names the evidence's own columns ("flags sample
 # or demo rows (such as deleted_at or archived_at)", the demo's real proposal) still says what to do there.
-EXAMPLE_WORDS = ("is_sample", "demo_row", "temp_f", "high_f")
+EXAMPLE_WORDS = ("is_sample", "demo_row", "temp_f", "high_f", "sales_channel", "promo_tier")
 
 
 def copies_an_example(rule: str, evidence: str) -> bool:

@@ -70,22 +70,48 @@ def reads_as_instruction(sentence: str) -> bool:
 _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNORECASE)
 
 
+# The per-pattern prompt's worked examples, one per kind of reference difference, each with the names
+# EXAMPLE_WORDS lists. The asked pattern's own kind goes first (`rule_instructions`): the 1.5B reflector
+# writes in the first example's mould, and shown the missing-filter example first it answered an
+# extra-condition pattern (conventions demo) with "... (such as subscribed or status), always leave
+# those rows out".
+WORKED_EXAMPLES: dict[Category, str] = {  # wrapped as the prompt shows them (a reflow changes a 1.5B answer)
+    Category.REF_FILTER: (
+        '"(1) the reference adds the condition `is_sample = 0`. (2) the reference adds the condition\n'
+        '  `demo_row = 0`." -> "When a table has a column that flags sample or demo rows (such as is_sample\n'
+        '  or demo_row), always leave those rows out."'),
+    Category.REF_COLUMN_FORM: (
+        '"(1) the reference reads `temp_f` as `(temp_f - 32) * 5 / 9`. (2) the reference reads `high_f`\n'
+        '  as `(high_f - 32) * 5 / 9`." -> "When a temperature column is stored in Fahrenheit (its name ends\n'
+        '  in _f), convert it with (x - 32) * 5 / 9 before comparing or averaging."'),
+    Category.REF_EXTRA_FILTER: (
+        '"(1) the prediction adds the condition `sales_channel = \'web\'`; the reference has no condition on\n'
+        '  `sales_channel`. (2) the prediction adds the condition `promo_tier = \'gold\'`; the reference has no\n'
+        '  condition on `promo_tier`." -> "Filter only on what the question asks for: never add a condition on\n'
+        '  a column (such as sales_channel or promo_tier) that the question does not ask about."'),
+}
+
+_RULE_TASK = """A program generator keeps making the mistake described in failure_pattern; failing_case is one
+example of it. Write ONE short, general rule to add to its instructions so that it avoids this
+kind of mistake on other questions too. When the instances show what the correct (reference)
+programs do, find what they have in common (the kind of column, the kind of condition or
+conversion) and tell the generator to do the same whenever it meets that kind of column, on any
+database. Say what such columns record (their names show it) and what the correct programs do
+with them. Three examples of instances and a good rule for them:"""
+
+_RULE_END = """Do not correct this program and do not write a query: write an instruction. Do not mention this
+question's specific values or answer. Answer with one sentence."""
+
+
+def rule_instructions(first: Category | None = None) -> str:
+    """The per-pattern prompt's instructions, the worked example of `first`'s kind first (others in
+    their usual order)."""
+    kinds = sorted(WORKED_EXAMPLES, key=lambda k: k is not first)
+    return "\n".join([_RULE_TASK, *(f"- {WORKED_EXAMPLES[k]}" for k in kinds), _RULE_END])
+
+
 class RuleFromFailure(dspy.Signature):
-    """A program generator keeps making the mistake described in failure_pattern; failing_case is one
-    example of it. Write ONE short, general rule to add to its instructions so that it avoids this
-    kind of mistake on other questions too. When the instances show what the correct (reference)
-    programs do, find what they have in common (the kind of column, the kind of condition or
-    conversion) and tell the generator to do the same whenever it meets that kind of column, on any
-    database. Say what such columns record (their names show it) and what the correct programs do
-    with them. Two examples of instances and a good rule for them:
-    - "(1) the reference adds the condition `is_sample = 0`. (2) the reference adds the condition
-      `demo_row = 0`." -> "When a table has a column that flags sample or demo rows (such as is_sample
-      or demo_row), always leave those rows out."
-    - "(1) the reference reads `temp_f` as `(temp_f - 32) * 5 / 9`. (2) the reference reads `high_f`
-      as `(high_f - 32) * 5 / 9`." -> "When a temperature column is stored in Fahrenheit (its name ends
-      in _f), convert it with (x - 32) * 5 / 9 before comparing or averaging."
-    Do not correct this program and do not write a query: write an instruction. Do not mention this
-    question's specific values or answer. Answer with one sentence."""
+    __doc__ = rule_instructions()
 
     task_instructions: str = dspy.InputField(desc="what the generator is asked to do")
     failure_pattern: str = dspy.InputField(desc="the mistake, found by program analysis, and how often it occurs")
@@ -266,6 +292,7 @@ class CaseRuleProposer:
 
     def __init__(self, max_case_chars: int = 400) -> None:
         self.write_rule = dspy.Predict(RuleFromFailure)
+        self._writers: dict[Category, dspy.Predict] = {}
         self.max_case_chars = max_case_chars
 
     def choose_cases(self, ctx: ReflectionContext) -> list[Any]:
@@ -275,11 +302,12 @@ class CaseRuleProposer:
     def choose(self, ctx: ReflectionContext) -> list[tuple[Any, str]]:
         """(case, failure pattern text) for up to K failing shown cases: categories round-robin, most
         frequent first, a case used once."""
-        return [(case, pattern) for case, pattern, _ in self._choose(ctx)]
+        return [(case, pattern) for case, pattern, _, _ in self._choose(ctx)]
 
-    def _choose(self, ctx: ReflectionContext) -> list[tuple[Any, str, Any]]:
+    def _choose(self, ctx: ReflectionContext) -> list[tuple[Any, str, Any, str]]:
         """`choose`, each with a spare: the same pattern shown through another unused case of its
-        category (None if there is none), for when the first case yields no usable rule."""
+        category (None if there is none), for when the first case yields no usable rule; and the
+        category."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
         ordered = causes_first(category_groups(failing))
@@ -299,8 +327,18 @@ class CaseRuleProposer:
         for pick, pattern, cat, group in picks:
             spare_case = _purest(group, 0, used)
             spare = (spare_case, failure_pattern(cat, group, len(failing), spare_case)) if spare_case else None
-            out.append((pick, pattern, spare))
+            out.append((pick, pattern, spare, cat))
         return out
+
+    def _writer(self, category: str) -> dspy.Predict:
+        """The rule writer for a pattern of `category`: its own kind's worked example first, where
+        there is one (else `write_rule`, the usual order)."""
+        kind = next((k for k in WORKED_EXAMPLES if k.value == category), None)
+        if kind is None:
+            return self.write_rule
+        if kind not in self._writers:
+            self._writers[kind] = dspy.Predict(RuleFromFailure.with_instructions(rule_instructions(kind)))
+        return self._writers[kind]
 
     @staticmethod
     def _retry_config(ctx: ReflectionContext, attempt: int) -> dict[str, Any] | None:
@@ -322,7 +360,8 @@ class CaseRuleProposer:
         instructions = ctx.seed + (("\n\nRules already tried and rejected (write a different one):\n"
                                     + "\n".join(f"- {r}" for r in ctx.rejected)) if ctx.rejected else "")
         shared = set(shared_context_names(ctx.cases))
-        for first, pattern, spare in self._choose(ctx):
+        for first, pattern, spare, category in self._choose(ctx):
+            writer = self._writer(category)
             # One re-ask, told why the first answer was not usable; then, once, the same pattern through
             # its spare case: at temperature 0 the 1.5B model repeated its unusable answer when re-asked
             # (a copy of the prompt's example, twice), and another case is another prompt.
@@ -334,7 +373,7 @@ class CaseRuleProposer:
                 asked = pattern if not reask else f"{pattern}\nYour previous answer was not usable ({problem})" + (
                     "" if copied else f": {rule or '(empty)'}")  # a copy shown again is copied again
                 try:
-                    out = _call(self.write_rule, ("rule",), "rule", self._retry_config(ctx, n),
+                    out = _call(writer, ("rule",), "rule", self._retry_config(ctx, n),
                                 task_instructions=instructions, failure_pattern=asked, failing_case=shown)
                 except Exception as exc:  # one failed call costs one candidate, not the round
                     errors.append(f"{type(exc).__name__}: {str(exc).strip()[:200]}")
