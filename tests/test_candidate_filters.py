@@ -83,3 +83,24 @@ def test_a_plain_text_label_is_read_as_before():
     plain = SimpleNamespace(case_id="F3", inputs={"question": "q"},
                             labels={"answer": "status 'month': closed"})
     assert not MemorizationGuard().check("Use the value month for closed ones.", "Write SQL.", [plain]).allowed
+
+
+def test_a_rejected_rule_re_proposed_with_other_punctuation_is_not_tested_again():
+    """The 1.5B reflector re-proposed a rejected rule with one comma more (Spider split seed 3) and the
+    re-test spent 32 pairs; the same words are the same candidate, other words are a new one."""
+    from dspy_hero.optimizer.guard import MemorizationGuard
+    from dspy_hero.optimizer.instructions import PromptState
+    from dspy_hero.optimizer.reflection import Proposal, ProposedEdit
+    from dspy_hero.optimizer.result import CandidateStatus
+    from dspy_hero.optimizer.strategies.builder import GuardedBuilder
+
+    state = PromptState("Write one SQLite query.", ())
+    tested = "When a table has a column such as `directed_by`, `tv_channel` or `cartoon`, always leave those rows out."
+    rejected = {PromptState(state.seed, (tested,)).render(): f"ADD: {tested}"}
+    again = "When a table has a column such as directed_by, tv_channel, or cartoon, always leave those rows out"
+    other = "When a table has a column such as directed_by, always select it when the question names a director."
+    proposal = Proposal(edits=[ProposedEdit("add", r, None, ["F1"], f"ADD: {r} (F1)") for r in (again, other)])
+    records, queued = GuardedBuilder(MemorizationGuard(), max_rules=12, max_rule_chars=300, limit=4).build(
+        1, state, proposal, [], rejected, set())
+    assert [r.status for r in records] == [CandidateStatus.DUPLICATE, CandidateStatus.QUEUED]
+    assert [c.state.rules for c in queued] == [(other,)]
