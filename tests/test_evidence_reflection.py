@@ -250,6 +250,10 @@ def test_each_pattern_is_asked_with_its_own_kind_of_worked_example_first():
     rules = {e.cites[0]: e.rule for e in proposal.edits if e.problem is None}
     assert rules["F1"].startswith("Filter only on what the question asks for") and "subscribed" in rules["F1"]
     assert rules["F2"].endswith("always leave those rows out.") and "deleted_at" in rules["F2"]
+    # the extra-condition example is shown for its own kind only (elsewhere it changed the 1.5B model's answer)
+    shown = {("F1" if "question F1" in c.inputs["failing_case"] else "F2"): "sales_channel" in c.instructions
+             for c in engine_of(rl).calls}
+    assert shown == {"F1": True, "F2": False}
     # a copy of the new example's own names is a copy like the others'
     from dspy_hero.optimizer.reflection import copies_an_example
     copy = "Filter only on what the question asks for: never add a condition on a column (such as promo_tier)."

@@ -103,11 +103,18 @@ _RULE_END = """Do not correct this program and do not write a query: write an in
 question's specific values or answer. Answer with one sentence."""
 
 
+# Shown only when its own kind is asked: added to every prompt, it changed the 1.5B reflector's answer to the
+# demo's soft-deletion pattern (from the right rule to "When a query asks for a count of rows, always filter on
+# the columns that the question asks about.", `hero demo`, idle run on d25f2f5).
+_OWN_KIND_ONLY = frozenset({Category.REF_EXTRA_FILTER})
+
+
 def rule_instructions(first: Category | None = None) -> str:
-    """The per-pattern prompt's instructions, the worked example of `first`'s kind first (others in
-    their usual order)."""
-    kinds = sorted(WORKED_EXAMPLES, key=lambda k: k is not first)
-    return "\n".join([_RULE_TASK, *(f"- {WORKED_EXAMPLES[k]}" for k in kinds), _RULE_END])
+    """The per-pattern prompt's instructions: the worked example of `first`'s kind first, then the
+    usual ones (an example in `_OWN_KIND_ONLY` appears only for its own kind)."""
+    kinds = [k for k in sorted(WORKED_EXAMPLES, key=lambda k: k is not first) if k is first or k not in _OWN_KIND_ONLY]
+    task = _RULE_TASK.replace("Three examples", {2: "Two examples", 3: "Three examples"}[len(kinds)])
+    return "\n".join([task, *(f"- {WORKED_EXAMPLES[k]}" for k in kinds), _RULE_END])
 
 
 class RuleFromFailure(dspy.Signature):
