@@ -103,9 +103,9 @@ _RULE_END = """Do not correct this program and do not write a query: write an in
 question's specific values or answer. Answer with one sentence."""
 
 
-# Shown only when its own kind is asked: added to every prompt, it changed the 1.5B reflector's answer to the
-# demo's soft-deletion pattern (from the right rule to "When a query asks for a count of rows, always filter on
-# the columns that the question asks about.", `hero demo`, idle run on d25f2f5).
+# Shown only when its own kind is asked: with it in every prompt, an idle `hero demo` (d25f2f5) answered the
+# soft-deletion pattern with "When a query asks for a count of rows, always filter on the columns that the
+# question asks about." where earlier demos wrote the right rule; every other pattern keeps session 7's prompt.
 _OWN_KIND_ONLY = frozenset({Category.REF_EXTRA_FILTER})
 
 
