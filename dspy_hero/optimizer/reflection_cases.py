@@ -97,7 +97,7 @@ kind of mistake on other questions too. When the instances show what the correct
 programs do, find what they have in common (the kind of column, the kind of condition or
 conversion) and tell the generator to do the same whenever it meets that kind of column, on any
 database. Say what such columns record (their names show it) and what the correct programs do
-with them. Three examples of instances and a good rule for them:"""
+with them. {count} examples of instances and a good rule for them:"""
 
 _RULE_END = """Do not correct this program and do not write a query: write an instruction. Do not mention this
 question's specific values or answer. Answer with one sentence."""
@@ -113,7 +113,7 @@ def rule_instructions(first: Category | None = None) -> str:
     """The per-pattern prompt's instructions: the worked example of `first`'s kind first, then the
     usual ones (an example in `_OWN_KIND_ONLY` appears only for its own kind)."""
     kinds = [k for k in sorted(WORKED_EXAMPLES, key=lambda k: k is not first) if k is first or k not in _OWN_KIND_ONLY]
-    task = _RULE_TASK.replace("Three examples", {2: "Two examples", 3: "Three examples"}[len(kinds)])
+    task = _RULE_TASK.format(count=("Two", "Three")[len(kinds) - 2])
     return "\n".join([task, *(f"- {WORKED_EXAMPLES[k]}" for k in kinds), _RULE_END])
 
 

@@ -37,6 +37,7 @@ class GuardedBuilder:
         queued: list[Candidate] = []
         options: list[tuple[str, Any]] = [("edit", e) for e in proposal.edits] + [("text", t) for t in proposal.texts]
         refused = {same_words(text) for text in rejected}
+        current, queued_words = same_words(state.render()), {same_words(t) for t in taken}
         for kind, item in options:
             n = self._ids[round_no] = self._ids.get(round_no, 0) + 1
             cid = f"r{round_no}{'c' if kind == 'edit' else 't'}{n}"
@@ -55,7 +56,7 @@ class GuardedBuilder:
                 new_state, added = PromptState(state.seed, state.rules, override=item), item.replace(state.seed, " ")
             rec.instructions = new_state.render()
             words = same_words(rec.instructions)
-            if words == same_words(state.render()) or words in {same_words(t) for t in taken}:
+            if words == current or words in queued_words:
                 rec.mark(CandidateStatus.DUPLICATE, "same prompt as the current one or a queued one")
                 continue
             if words in refused:
@@ -70,6 +71,7 @@ class GuardedBuilder:
                 rec.mark(CandidateStatus.SKIPPED, f"beyond num_candidates={self.limit}")
                 continue
             taken.add(rec.instructions)
+            queued_words.add(words)
             rec.mark(CandidateStatus.QUEUED)
             queued.append(Candidate(rec, new_state))
         return records, queued
