@@ -170,8 +170,26 @@ def ordered_methods(methods: Sequence[str]) -> list[str]:
 def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
     """What must match for a resumed run to reuse saved method results."""
     keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate",
-            "refine_only_failing", "training_references")
+            "training_references")
     return {k: meta.get(k) for k in keys}
+
+
+# Settings that only some methods read: a saved result of such a method is reused only when it ran with
+# the value asked for now (so a run can grow a HERO-T row with another --refine-only-failing than its
+# HERO-O row, without a second run directory), and it is re-run otherwise.
+METHOD_SETTINGS = {"hero_o_t": ("only_failing", "refine_only_failing"),
+                   "hero_o_t_paper": ("only_failing", "refine_only_failing")}
+
+
+def stale_setting(method: str, saved: MethodResult, config: CompareConfig) -> str | None:
+    """Why a saved result of `method` does not answer this invocation (None: it does)."""
+    if method not in METHOD_SETTINGS:
+        return None
+    recorded, option = METHOD_SETTINGS[method]
+    wanted = getattr(config, option)
+    if saved.extras.get(recorded) != wanted:
+        return f"it ran with {option}={saved.extras.get(recorded)}, this invocation asks for {wanted}"
+    return None
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -218,7 +236,10 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             path = out / "methods" / f"{method}.json"
             if path.exists():
                 saved = MethodResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
-                if saved.status == "done":
+                stale = stale_setting(method, saved, config)
+                if stale:
+                    log.info("%s: saved result not reused (%s): running it again", method, stale)
+                elif saved.status == "done":
                     log.info("%s: already done, reusing %s", method, path)
                     results[method] = saved
                     ctx.instructions[method] = saved.instructions

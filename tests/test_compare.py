@@ -136,6 +136,31 @@ def test_resume_skips_completed_methods(sim_run, spider_fixture):
     assert "gepa" in data["methods"]  # finished earlier, still reported
 
 
+def test_a_hero_t_row_with_another_refine_setting_is_rerun_not_refused(spider_fixture, tmp_path):
+    """--refine-only-failing is read by HERO-T alone: a run resumes with either value, reuses seed and
+    HERO-O, and re-runs a saved HERO-T row only when it ran with the other value."""
+    out = tmp_path / "run"
+    first = compare.run_comparison(config(out, spider_fixture, methods=["seed", "hero_o", "hero_o_t"]))
+    assert first["methods"]["hero_o_t"]["extras"]["only_failing"] is False
+    for name in ("seed", "hero_o", "hero_o_t"):
+        path = out / "methods" / f"{name}.json"
+        saved = json.loads(path.read_text())
+        saved["extras"]["marker"] = name
+        path.write_text(json.dumps(saved))
+    again = compare.run_comparison(config(out, spider_fixture, methods=["seed", "hero_o", "hero_o_t"],
+                                          refine_only_failing=True))
+    assert again["methods"]["seed"]["extras"]["marker"] == "seed"  # reused
+    assert again["methods"]["hero_o"]["extras"]["marker"] == "hero_o"  # reused
+    assert "marker" not in again["methods"]["hero_o_t"]["extras"]  # re-run with the asked value
+    assert again["methods"]["hero_o_t"]["extras"]["only_failing"] is True
+    path = out / "methods" / "hero_o_t.json"
+    saved = json.loads(path.read_text())
+    saved["extras"]["marker"] = "second"
+    path.write_text(json.dumps(saved))
+    same = compare.run_comparison(config(out, spider_fixture, methods=["hero_o_t"], refine_only_failing=True))
+    assert same["methods"]["hero_o_t"]["extras"]["marker"] == "second"  # the same value: reused
+
+
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
     out, _ = sim_run
     with pytest.raises(ValueError, match="different settings"):
