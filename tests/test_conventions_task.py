@@ -155,8 +155,20 @@ def test_task_through_the_registry(cache, monkeypatch):
         assert len(demo.test) == 24 and len(demo.train) == 21
         assert {ex.db_id for ex in demo.test} == {db.db_id for db in cd.databases(cd.Split.EVALUATION)}
         assert {ex.db_id for ex in demo.train} == {db.db_id for db in cd.databases(cd.Split.OPTIMIZATION)}
-        assert {ex.example_id for ex in demo.test} <= {ex.example_id for ex in task.test}
+        # its own databases: the same twelve following soft deletion alone, in a folder of their own
+        assert all("seed-0-soft_delete" in ex.db_path for ex in demo.train + demo.test)
+        assert all(set(ex.conventions) <= {"soft_delete"} for ex in demo.train + demo.test)
     finally:
+        demo.close()
+    whole = registry.load_task("builtin-conventions-soft-delete")
+    demo = registry.load_task("builtin-conventions-demo")
+    try:  # the demo is a subset of the soft-deletion task, whose every question is single-table
+        assert {e.example_id for e in demo.train} < {e.example_id for e in whole.train}
+        assert {e.example_id for e in demo.test} < {e.example_id for e in whole.test}
+        assert len(whole.test) >= 200 and all(ct.single_table(e.gold_sql) for e in whole.train + whole.test)
+        assert {tuple(e.conventions) for e in whole.test} == {(), ("soft_delete",)}
+    finally:
+        whole.close()
         demo.close()
 
 
@@ -252,29 +264,95 @@ def demo_task(cache):
     task.close()
 
 
-def test_demo_subset_favours_single_convention_questions_over_every_database(demo_task, cache):
+def test_demo_asks_single_table_questions_of_databases_that_soft_delete_and_of_two_that_do_not(demo_task, cache):
     train, test = demo_task.train, demo_task.test
     assert len(train) == ct.DEMO_TRAIN_SIZE and len(test) == ct.DEMO_TEST_SIZE >= 20
     assert set(Counter(ex.db_id for ex in train).values()) == {ct.DEMO_TRAIN_SIZE // 7}
     assert len({ex.db_id for ex in test[:5]}) == 5  # interleaved: any --test-limit prefix covers every database
-    singles = sum(len(ex.conventions) == 1 for ex in train)
-    assert singles >= 0.5 * len(train) and any(len(ex.conventions) > 1 for ex in train)
+    assert all(ct.single_table(ex.gold_sql) for ex in train + test)
+    assert all(ex.follows == (("soft_delete",) if cd.DATABASES[ex.db_id].deleted else ()) for ex in train + test)
+    for side in (train, test):  # three quarters hinge on the deletion filter where a database has one
+        for db_id, group in groupby_db(side).items():
+            hinged = sum(ex.conventions == ("soft_delete",) for ex in group)
+            assert hinged == (round(len(group) * ct.DEMO_SINGLE_SHARE) if cd.DATABASES[db_id].deleted else 0), db_id
+    import re
+
+    for ex in train + test:  # the gold differs from the naive SQL by the deletion filter alone
+        column = cd.DATABASES[ex.db_id].deleted
+        without = re.sub(rf" (?:AND|WHERE) \w+\.{column} IS NULL", "", ex.gold_sql) if column else ex.gold_sql
+        assert without == ex.naive_sql, ex.example_id
     plain = ct.conventions_demo_task(directory=cache, single_share=0.0)
     try:
-        assert sum(len(ex.conventions) == 1 for ex in plain.train) < singles - 20
+        assert sum(len(ex.conventions) == 1 for ex in plain.train) < sum(len(ex.conventions) == 1 for ex in train)
     finally:
         plain.close()
 
 
-def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_task):
+def groupby_db(examples):
+    groups = {}
+    for ex in examples:
+        groups.setdefault(ex.db_id, []).append(ex)
+    return groups
+
+
+def test_a_variant_follows_only_the_kinds_asked_for_in_a_folder_of_its_own(cache, paths):
+    soft = frozenset({cd.Kind.SOFT_DELETE})
+    variant = cd.following(cd.DATABASES["pet_supplies"], soft)
+    assert variant.kinds() == soft and cd.DATABASES["pet_supplies"].kinds() > soft
+    assert cd.following(cd.DATABASES["audiobook_store"], soft).kinds() == frozenset()  # never gains one
+    assert cd.following(cd.DATABASES["pet_supplies"], None) is cd.DATABASES["pet_supplies"]
+    built = cd.ensure_databases(0, cache, soft)
+    assert all(p.parent.name == "seed-0-soft_delete" for p in built.values())
+    assert all(built[k] != paths[k] for k in paths)
+    import sqlite3
+
+    conn = sqlite3.connect(built["pet_supplies"])
+    try:  # plain spellings: REAL prices, 1/0 flags, ISO dates, status words; the deletion column kept
+        row = conn.execute("SELECT price, is_bestseller, discarded_at FROM products LIMIT 1").fetchone()
+        assert isinstance(row[0], float) and row[1] in (0, 1)
+        assert conn.execute("SELECT COUNT(*) FROM products WHERE discarded_at IS NOT NULL").fetchone()[0] > 0
+        assert {r[0] for r in conn.execute("SELECT DISTINCT status FROM orders")} <= set(cd.STATUS_WORDS)
+        assert all(len(r[0]) == 10 and r[0][4] == "-" for r in conn.execute("SELECT created FROM orders LIMIT 20"))
+    finally:
+        conn.close()
+
+
+def test_several_questions_per_template_get_their_own_ids_and_parameters(cache):
+    soft = frozenset({cd.Kind.SOFT_DELETE})
+    db = cd.following(cd.DATABASES["bookshop"], soft)
+    path = cd.ensure_database("bookshop", 0, cache, soft)
+    once, thrice = ct.build_questions(db, path, 0), ct.build_questions(db, path, 0, per_template=3)
+    assert len({q.example_id for q in thrice}) == len(thrice) > len(once)
+    by_template = groupby_template(thrice)
+    assert max(len(g) for g in by_template.values()) == 3
+    for template, group in by_template.items():
+        assert len({str(q.params) for q in group}) == len(group), template
+        assert group[0].example_id == f"bookshop-{template}"  # the first keeps the one-per-template id
+        assert group[0] == next(q for q in once if q.template == template)
+        for q in group:  # a variant question's naive SQL is rendered from the variant, not the full database
+            assert q.sql_ignoring(frozenset(cd.Kind)) == q.naive_sql
+
+
+def groupby_template(questions):
+    groups = {}
+    for q in questions:
+        groups.setdefault(q.template, []).append(q)
+    return groups
+
+
+@pytest.mark.parametrize("which", ["demo", "full"])
+def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(which, demo_task, examples):
+    """On the demo's variant databases (soft deletion alone) and on the full task's (several conventions
+    a question): the scripted writer renders the naive SQL from the question's own database spec."""
     import dspy
 
     from dspy_hero.bench.conventions_world import CONVENTION_SKILLS, ConventionsWorld
 
-    world = ConventionsWorld.from_examples(demo_task.train + demo_task.test)
+    pool = demo_task.train + demo_task.test if which == "demo" else examples
+    world = ConventionsWorld.from_examples(pool)
     rules = {s.name: s.rule for s in CONVENTION_SKILLS}
-    checked = 0
-    for ex in demo_task.train + demo_task.test:
+    checked = hinged = 0
+    for ex in pool:
         if world.hard(ex.question):
             continue
 
@@ -285,11 +363,12 @@ def test_world_task_lm_ignores_exactly_the_conventions_it_has_no_rule_for(demo_t
         none = world.answer(ex.question, "Write SQL.")
         assert none == ex.naive_sql
         assert score(none) == (0.0 if ex.conventions else 1.0), ex.example_id
+        hinged += bool(ex.conventions)
         if len(ex.conventions) >= 2:  # one rule short is still wrong
             partial = " ".join(rules[k] for k in ex.conventions[1:])
             assert score(world.answer(ex.question, partial)) == 0.0, ex.example_id
             checked += 1
-    assert checked >= 20
+    assert hinged >= 20 and (checked >= 20 if which == "full" else checked == 0)
 
 
 def test_world_reflection_names_the_missing_conventions_and_adds_their_rules(demo_task):
@@ -330,12 +409,12 @@ def test_world_refuses_other_tasks():
 
 def test_simulated_hero_o_learns_convention_rules_that_transfer_to_unseen_databases(demo_task, tmp_path):
     """The demo in miniature: HERO-O, with the scripted LMs and the sound acceptance test (exact sign
-    test at acceptance_alpha / (T * K), unsettled = rejected), adopts general convention rules on
+    test at acceptance_alpha / (T * K), unsettled = rejected), adopts the general convention rule on
     the optimization databases and gains on the evaluation databases it never saw; the tempting
     harmful rule ("end every query with LIMIT 1") is proposed and never adopted.
 
-    Why it runs on `conventions_demo_task`'s subset (112 optimization questions, mostly hinging on one
-    convention; see `demo_subset`): on the old 84-question balanced subset most questions touched
+    Why it runs on `conventions_demo_task`'s questions (each hinging on the one convention its databases
+    follow; see `conventions_demo_task`): on the old 84-question balanced subset most questions touched
     several conventions, so one right rule alone fixed 1 to 4 of 48 update pairs and the test (about
     8 fixes and no break at level 0.004) rightly adopted nothing. The acceptance settings are the
     loop's defaults; nothing here is loosened."""

@@ -29,7 +29,7 @@ import dspy
 from dspy_hero.bench.simulate import SimulatedWorld
 from dspy_hero.bench.simulate_worlds import SQL_WORLD, Skill, WorldSpec
 from dspy_hero.lm.scripted import ScriptedRequest, scripted_lm
-from dspy_hero.tasks.builtin.conventions_data import DATABASES, Kind
+from dspy_hero.tasks.builtin.conventions_data import DATABASES, ConventionDB, Kind, following
 from dspy_hero.tasks.builtin.conventions_tasks import TEMPLATE_BY_NAME, Dialect
 
 # One general rule per kind, and the marker the scripted task LM looks for in its instructions.
@@ -59,12 +59,12 @@ _KIND_NAMES = re.compile(r"\b(" + "|".join(k.value for k in Kind) + r")\b")
 class ConventionsWorld(SimulatedWorld):
     """`SimulatedWorld` whose task LM ignores exactly the conventions it has no rule for.
 
-    `programs` maps a question to (db_id, template name, parameters), enough to render its SQL with
-    any set of kinds ignored.
+    `programs` maps a question to (its database's spec, template name, parameters), enough to render
+    its SQL with any set of kinds ignored.
     """
 
     spec: WorldSpec = CONVENTIONS_WORLD
-    programs: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
+    programs: dict[str, tuple[ConventionDB, str, dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def from_examples(cls, examples: Sequence[dspy.Example], language: str = "sql", **kw: Any) -> ConventionsWorld:
@@ -77,12 +77,14 @@ class ConventionsWorld(SimulatedWorld):
                     raise ValueError(f"a conventions simulation needs builtin-conventions examples; {name!r} is missing")
             gold[ex.question] = ex.gold_sql
             needs[ex.question] = set(ex.conventions)
-            programs[ex.question] = (ex.db_id, ex.template, dict(ex.params))
+            follows = ex.get("follows")  # a variant that follows fewer conventions (conventions_data.following)
+            programs[ex.question] = (following(DATABASES[ex.db_id], None if follows is None else
+                                               frozenset(Kind(k) for k in follows)), ex.template, dict(ex.params))
         return cls(gold, needs=needs, programs=programs, **kw)
 
     def sql_ignoring(self, question: str, kinds: set[str]) -> str:
-        db_id, template, params = self.programs[question]
-        return TEMPLATE_BY_NAME[template].sql(Dialect(DATABASES[db_id], frozenset(Kind(k) for k in kinds)), params)
+        db, template, params = self.programs[question]
+        return TEMPLATE_BY_NAME[template].sql(Dialect(db, frozenset(Kind(k) for k in kinds)), params)
 
     def answer(self, question: str, instructions: str) -> str:
         gold = self._gold(question)

@@ -8,8 +8,9 @@
   solutions live in `python_reference`, which only tests and demos import);
 - ``builtin-conventions``: text-to-SQL over twelve generated databases whose house conventions (money
   in minor units, text flags, soft deletion, local date formats, codes, units) the schema does not
-  show, split by database (`conventions_data`, `conventions_tasks`); ``builtin-conventions-demo`` is
-  its demo-sized subset.
+  show, split by database (`conventions_data`, `conventions_tasks`); ``builtin-conventions-soft-delete``
+  asks the single-table questions of the same databases following soft deletion alone, and
+  ``builtin-conventions-demo`` is its demo-sized subset.
 
 Every split is fixed and deterministic for a given ``split_seed``; each Task's ``split_note`` says how.
 Loaders are imported lazily so that, e.g., the SQL task never loads the graph engine.
@@ -27,6 +28,7 @@ BUILTIN_LOADERS = {
     "builtin-cypher": "dspy_hero.tasks.builtin.cypher_tasks:builtin_cypher_task",
     "builtin-python": "dspy_hero.tasks.builtin.python_tasks:builtin_python_task",
     "builtin-conventions": "dspy_hero.tasks.builtin.conventions_tasks:builtin_conventions_task",
+    "builtin-conventions-soft-delete": "dspy_hero.tasks.builtin.conventions_tasks:soft_delete_task",
     "builtin-conventions-demo": "dspy_hero.tasks.builtin.conventions_tasks:conventions_demo_task",
 }
 

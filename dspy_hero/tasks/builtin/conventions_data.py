@@ -41,7 +41,7 @@ import hashlib
 import json
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, timedelta
 from enum import Enum
 from pathlib import Path
@@ -356,6 +356,36 @@ def databases(split: Split | None = None) -> list[ConventionDB]:
     return [db for db in DATABASES.values() if split is None or db.split is split]
 
 
+def following(db: ConventionDB, kinds: frozenset[Kind] | None) -> ConventionDB:
+    """`db` following only those of its conventions whose kind is in `kinds`, every other kind in its
+    plain spelling (REAL major units, INTEGER 1/0 flags, no deletion column, ISO dates, status words,
+    country names, the asked unit); None: all of them, as `DATABASES` has it. A variant never gains a
+    convention the database does not follow.
+
+    Why: in the twelve databases most questions touch two or more conventions, so one right rule
+    alone rarely makes an answer right; a variant that follows one kind asks questions that hinge on
+    that kind alone (the demo's task, `conventions_tasks.conventions_demo_task`)."""
+    if kinds is None:
+        return db
+    keep = frozenset(kinds)
+    return replace(
+        db,
+        money=db.money if Kind.MONEY in keep else Money(db.money.currency, 1),
+        flags=db.flags if Kind.FLAG in keep else None,
+        deleted=db.deleted if Kind.SOFT_DELETE in keep else None,
+        date_format=db.date_format if Kind.DATE_FORMAT in keep else "%Y-%m-%d",
+        status_style=db.status_style if Kind.STATUS_CODE in keep else "word",
+        country_style=db.country_style if Kind.COUNTRY_CODE in keep else "name",
+        measure=db.measure if Kind.UNIT in keep else replace(db.measure, scale=1, low=max(1, db.measure.low // db.measure.scale),
+                                                             high=max(2, db.measure.high // db.measure.scale)),
+    )
+
+
+def kinds_tag(kinds: frozenset[Kind] | None) -> str:
+    """How a convention set names its database folder: "" for all, else "-" + the kinds, sorted."""
+    return "" if kinds is None else "-" + "+".join(sorted(k.value for k in kinds))
+
+
 # --- generation ------------------------------------------------------------------------------------
 
 
@@ -370,6 +400,8 @@ def _minor_prices(rng: random.Random, db: ConventionDB, n: int) -> list[int]:
     per = 1000 if db.money.scale == 1000 else 100
     endings = range(0, 1000, 50) if per == 1000 else (0, 25, 49, 50, 75, 95, 99)
     grid = [whole * per + end for whole in range(low, high + 1) for end in endings if whole or end]
+    if len(grid) < n:  # a narrow range in whole units (a plain variant of a thousandths currency): every cent
+        grid = [whole * per + end for whole in range(low, high + 1) for end in range(per) if whole or end]
     return rng.sample(grid, n)
 
 
@@ -455,19 +487,23 @@ def content_digest(tables: list[Table]) -> str:
 # --- building --------------------------------------------------------------------------------------
 
 
-def default_directory(seed: int) -> Path:
-    return cache_root() / "conventions" / f"seed-{seed}"
+def default_directory(seed: int, kinds: frozenset[Kind] | None = None) -> Path:
+    return cache_root() / "conventions" / f"seed-{seed}{kinds_tag(kinds)}"
 
 
-def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None) -> Path:
-    """The path of database `db_id` for `seed`, (re)built if missing, stale or altered. Idempotent."""
+def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None,
+                    kinds: frozenset[Kind] | None = None) -> Path:
+    """The path of database `db_id` for `seed` following `kinds` (None: all its conventions), (re)built
+    if missing, stale or altered. Idempotent. A variant lives in a folder of its own."""
     if db_id not in DATABASES:
         raise KeyError(f"unknown conventions database {db_id!r}; choose one of {sorted(DATABASES)}")
-    tables = generate(DATABASES[db_id], seed)
-    directory = Path(directory) if directory else default_directory(seed)
+    tables = generate(following(DATABASES[db_id], kinds), seed)
+    directory = Path(directory) / f"seed-{seed}{kinds_tag(kinds)}" if directory and kinds is not None else \
+        Path(directory) if directory else default_directory(seed, kinds)
     return materialize(tables, directory, db_id, content_digest(tables), seed=seed)
 
 
-def ensure_databases(seed: int = 0, directory: Path | None = None) -> dict[str, Path]:
-    """All twelve databases for `seed`, by db_id."""
-    return {db_id: ensure_database(db_id, seed, directory) for db_id in DATABASES}
+def ensure_databases(seed: int = 0, directory: Path | None = None,
+                     kinds: frozenset[Kind] | None = None) -> dict[str, Path]:
+    """All twelve databases for `seed` (following `kinds`: see `following`), by db_id."""
+    return {db_id: ensure_database(db_id, seed, directory, kinds) for db_id in DATABASES}
