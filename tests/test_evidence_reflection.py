@@ -145,6 +145,56 @@ def test_a_copied_example_is_re_asked_with_the_opening_of_a_rule_about_this_evid
         "lists it.", None)]
 
 
+def test_a_rule_that_is_not_about_its_pattern_is_re_asked_with_the_opening_of_the_pattern_s_names():
+    """Asked about "the reference adds `archived_at IS NULL` ... `deleted_at IS NULL`", the 1.5B reflector
+    wrote a rule about the case's own `country` column on one demo run and "When a query filters on a
+    column that is not present in the database schema, ..." on the next (soft-deletion demo, session 9).
+    For a pattern about a kind of column, a rule that names none of the pattern's columns is re-asked
+    with the opening; for any pattern, so is a rule about the case's own columns instead; a rule that
+    names the pattern's columns is kept, and so is a generic rule for a label-free pattern."""
+    import re
+
+    from dspy_hero.diagnosis import Category, Diagnosis, Fact
+
+    def failing(cid: str, sql: str, fact: Fact) -> Case:
+        c = Case(cid, cid.lower(), False, 0.0, {"question": f"How many members are from Spain? ({cid})"}, {"sql": sql},
+                 "values differ", language="sql")
+        c.diagnosis = Diagnosis("sql", (fact,))
+        return c
+
+    def deleted(column: str) -> Fact:
+        return Fact(Category.REF_FILTER, f"the reference adds the condition `{column} IS NULL`; the prediction has no "
+                                         f"condition on `{column}`")
+
+    cases = [failing("F1", "SELECT COUNT(*) FROM members WHERE country = 'Spain'", deleted("deleted_at")),
+             failing("F2", "SELECT COUNT(*) FROM books WHERE category = 'Poetry'", deleted("archived_at"))]
+    stray = "When a table has a column that flags members from a specific country (such as country), always leave those members out."
+    generic = "When a query filters on a column that is not present in the database schema, the result will be incorrect."
+    good = "When a table has a column such as deleted_at or archived_at, always leave those rows out."
+
+    def run(first: str, pool: list[Case]) -> tuple[list, list]:
+        def reflector(req):
+            opening = re.search(r'start it with "([^"]+)"', req.inputs["failure_pattern"])
+            return {"rule": f"{opening.group(1)} always leave those rows out." if opening else first}
+
+        rl = scripted_lm(reflector)
+        with dspy.context(lm=rl):
+            proposal = CaseRuleProposer().propose(ctx(pool, 1))
+        return [(e.rule, e.problem) for e in proposal.edits], engine_of(rl).calls
+
+    for first, why in ((stray, "it is about members, country"), (generic, "it names none of the columns")):
+        edits, calls = run(first, cases)
+        assert len(calls) == 2 and why in calls[1].inputs["failure_pattern"]
+        assert first not in calls[1].inputs["failure_pattern"]  # the answer is not shown again
+        assert edits == [(good, None)]
+    edits, calls = run(good, cases)
+    assert len(calls) == 1 and edits == [(good, None)]
+    values = [failing("F1", "SELECT COUNT(*) FROM members WHERE country = 'Spain'",
+                      Fact(Category.WRONG_VALUES, "the result has the expected shape but other values; filters on `country`"))]
+    edits, calls = run(generic, values)  # label-free: a generic rule is kept
+    assert len(calls) == 1 and edits == [(generic, None)]
+
+
 def test_the_opening_of_the_copy_re_ask_is_worded_for_the_program_language():
     from dspy_hero.optimizer.reflection_cases import copy_problem
 

@@ -79,7 +79,8 @@ WORKED_EXAMPLES: dict[Category, str] = {  # wrapped as the prompt shows them (a 
     Category.REF_FILTER: (
         '"(1) the reference adds the condition `is_sample = 0`. (2) the reference adds the condition\n'
         '  `demo_row = 0`." -> "When a table has a column that flags sample or demo rows (such as is_sample\n'
-        '  or demo_row), always leave those rows out."'),
+        '  or demo_row), those rows do not count: always add the condition `is_sample = 0` (or `demo_row = 0`)\n'
+        '  to the WHERE clause."'),
     Category.REF_COLUMN_FORM: (
         '"(1) the reference reads `temp_f` as `(temp_f - 32) * 5 / 9`. (2) the reference reads `high_f`\n'
         '  as `(high_f - 32) * 5 / 9`." -> "When a temperature column is stored in Fahrenheit (its name ends\n'
@@ -239,6 +240,47 @@ _OPENINGS = {"sql": ("columns", "When a table has a column such as {}"),
              None: ("names", "When the program meets {}")}
 
 
+_IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
+# Reference-diff patterns about a kind of column (what the correct programs do with it): a rule for one
+# must name the columns its instances quote, else it is about something else.
+_ABOUT_COLUMNS = frozenset({Category.REF_FILTER.value, Category.REF_COLUMN_FORM.value, Category.REF_COMPARED_VALUE.value})
+
+
+def off_pattern(rule: str, pattern_names: list[str], case: Any, category: str) -> list[str] | None:
+    """Why a usable-looking rule is not about the pattern it was asked for (None: it is): the names of
+    the case's own program it is about instead (`case_only_names`), or, for a pattern about a kind of
+    column (`_ABOUT_COLUMNS`), [] when it names none of the pattern's columns. Seen on the soft-deletion
+    demo (session 9), asked about "the reference adds the condition `archived_at IS NULL` ...
+    `deleted_at IS NULL`": "When a table has a column that flags members from a specific country (such
+    as country), always leave those members out of the query." (the case filtered on `country`) and, on
+    the next run, "When a query filters on a column that is not present in the database schema, the
+    result will be incorrect." """
+    if not pattern_names or any(n.lower() in rule.lower() for n in pattern_names):
+        return None
+    strays = case_only_names(rule, pattern_names, case)
+    return strays if strays or category in _ABOUT_COLUMNS else None
+
+
+def case_only_names(rule: str, pattern_names: list[str], case: Any) -> list[str]:
+    """The identifiers of the case's generated program that the rule names while it names none of the
+    pattern's own (`instance_names`): a rule about the case at hand, not about the pattern it was asked
+    for. Empty when the pattern quotes no names or the rule names one of them."""
+    low = rule.lower()
+    if not pattern_names or any(n.lower() in low for n in pattern_names):
+        return []
+    program = " ".join(str(v) for k, v in getattr(case, "program", {}).items() if k != "raw_output")
+    own = {w.lower() for w in _IDENTIFIER.findall(program) if "_" in w or w.lower() not in _SQL_WORDS}
+    named = [w for w in dict.fromkeys(_IDENTIFIER.findall(rule)) if w.lower() in own and len(w) > 2]
+    return named
+
+
+_SQL_WORDS = frozenset("""select from where and or not in is null as on join inner left right outer group by order
+having limit distinct count sum avg min max case when then else end like between exists union all asc desc
+match return with optional create delete set def import true false none""".split())
+
+
 def copy_problem(rule: str, names: list[str], language: str | None = None) -> str:
     """What the re-ask says about an answer that copied a worked example: which of the example's names
     it used and, when the pattern quotes names of its own, the opening the rule must have (worded for
@@ -255,6 +297,17 @@ def copy_problem(rule: str, names: list[str], language: str | None = None) -> st
     listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
     kind, opening = _OPENINGS.get(language, _OPENINGS[None])
     return f'{why}. Write the rule about the {kind} above; start it with "{opening.format(listed)},"'
+
+
+def off_pattern_problem(strays: list[str], names: list[str], language: str | None = None) -> str:
+    """What the re-ask says about a rule that is not about its pattern (`off_pattern`): the opening of a
+    rule about the pattern's names, as for a copied example (`copy_problem`)."""
+    some = names[:3]
+    listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
+    kind, opening = _OPENINGS.get(language, _OPENINGS[None])
+    why = (f"it is about {', '.join(strays)}, which this one case uses, not about the pattern" if strays else
+           f"it names none of the {kind} the instances name ({', '.join(some)})")
+    return f'{why}. Write the rule about the {kind} the instances name; start it with "{opening.format(listed)},"'
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
@@ -373,7 +426,7 @@ class CaseRuleProposer:
             # its spare case: at temperature 0 the 1.5B model repeated its unusable answer when re-asked
             # (a copy of the prompt's example, twice), and another case is another prompt.
             attempts = [(first, pattern, False), (first, pattern, True)] + ([(*spare, False)] if spare else [])
-            rule, problem, case, copied = "", None, first, False
+            rule, problem, case, copied = "", None, first, False  # copied: an answer not to show again
             for n, (case, pattern, reask) in enumerate(attempts):
                 # the shared context (a schema) is omitted: shown it, the 1.5B model wrote rules about its columns
                 shown = _render_case(case, self.max_case_chars, shared)
@@ -392,6 +445,9 @@ class CaseRuleProposer:
                 copied = bool(rule) and not problem and copies_an_example(rule, pattern + shown)
                 if copied:
                     problem = copy_problem(rule, instance_names(pattern), case.language)
+                elif rule and not problem and (strays := off_pattern(rule, instance_names(pattern), case, category)) is not None:
+                    problem = off_pattern_problem(strays, instance_names(pattern), case.language)
+                    copied = True  # not shown again either: the opening replaces it
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
