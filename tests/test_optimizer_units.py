@@ -307,3 +307,23 @@ def test_guard_blocks_one_instances_values_but_not_values_many_instances_share()
     # the same value in two shown instances is a pattern of the task, not one instance's answer
     cat2 = _sql_case("F3", "How many cats are there?", "SELECT COUNT(*) FROM pets WHERE pet_type = 'cat'")
     assert g.check("Filter by pet_type = 'cat' for cat questions.", seed, [dog, cat, cat2]).allowed
+
+
+def test_guard_lets_a_condition_over_a_column_through_but_not_a_value_in_it():
+    """A rule may name the condition its kind of column needs (`deleted_at IS NULL`, `is_sample = 0`), as the
+    per-pattern prompt's worked example teaches, even when one shown reference has it: it is code over a
+    name, not an answer (soft-deletion demo, session 9). A value inside the backticks is still a value."""
+    soft = _sql_case("F1", "How many books are in the Poetry category?",
+                     "SELECT COUNT(*) FROM books b WHERE b.category = 'Poetry' AND b.deleted_at IS NULL")
+    other = _sql_case("F2", "How many oils are in the Virgin category?",
+                      "SELECT COUNT(*) FROM oils o WHERE o.category = 'Virgin' AND o.archived_on IS NULL")
+    g, seed = MemorizationGuard(), "Write one SQLite query."
+    for rule in ("When a table has a column that flags deleted rows (such as deleted_at), those rows do not count: "
+                 "always add the condition `deleted_at IS NULL` to the WHERE clause.",
+                 "When a table has a column such as is_sample, always add the condition `is_sample = 0`."):
+        v = g.check(rule, seed, [soft, other])
+        assert v.allowed, (rule, v.reason)
+    for rule in ("For these questions always add the condition `category = 'Poetry'` to the WHERE clause.",
+                 "Always add the condition `category = Poetry`.",  # unquoted, but copied from one label
+                 "When the question names `Poetry`, filter on it."):
+        assert not g.check(rule, seed, [soft, other]).allowed, rule

@@ -117,7 +117,7 @@ class MemorizationGuard:
                         return GuardVerdict(False, f"contains the literal {lit!r} from the label {name!r} of case "
                                                    f"{case.case_id} (one instance's value, not a general rule)")
         for lit in _literals(added_text, numbers=False):
-            if _general(lit, self.max_general_number) or _contains(seed_norm, lit):
+            if _general(lit, self.max_general_number) or _contains(seed_norm, lit) or self._condition(lit, added_text):
                 continue
             found = owners(lit)
             if len(found) == 1:
@@ -135,6 +135,20 @@ class MemorizationGuard:
                 return GuardVerdict(False, f"copies {self.max_copied_tokens}+ tokens from case {case.case_id}: "
                                            f"{' '.join(single[0])!r}")
         return GuardVerdict(True, "no label, one-instance literal or copied span")
+
+    def _condition(self, literal: str, added_text: str) -> bool:
+        """Is a quoted span of the added text a condition or expression over names, in backticks (a
+        column `deleted_at IS NULL`, `is_sample = 0`), rather than a value? Such a span is general in
+        form; the values inside it are checked as literals like any other (a quoted string or a number
+        above `max_general_number` in it keeps it a value). Why: on the soft-deletion demo (session 9)
+        the reflector's rule "... always add the condition `archived_at IS NULL` (or `deleted_at IS
+        NULL`) to the WHERE clause." was blocked because one shown case's reference had `deleted_at`."""
+        if f"`{literal}`" not in added_text or re.search(r"['\"]", literal) or not _OPERATOR.search(literal):
+            return False
+        return all(float(n) <= self.max_general_number for n in _NUMBER.findall(literal))
+
+
+_OPERATOR = re.compile(r"\bis\s+(?:not\s+)?null\b|[=<>/*+]", re.IGNORECASE)
 
 
 def _structured(text: str) -> Any:
