@@ -57,6 +57,21 @@ def test_clean_rule_keeps_sentences_and_refuses_code():
     assert clean_rule("")[1] == "empty answer"
 
 
+def test_a_role_placeholder_in_a_backticked_condition_is_not_markup():
+    """"always add the condition `<that column> IS NULL`" names the column by its role: the wording the
+    1.5B task model followed most on the demo's questions (17 vs 9 fixes of 56, RESULTS.md session 9),
+    and the reflector's first answer once the worked example used it. Angle brackets anywhere else
+    (a tag, a bare placeholder outside backticks) are still refused as markup."""
+    rule = ("When a table has a column that flags archived or deleted rows (such as archived_at or deleted_at), those "
+            "rows do not count: always add the condition `<that column> IS NULL` to the WHERE clause.")
+    assert clean_rule(rule) == (rule, None)
+    for text in ("Always wrap the names in <b>bold</b> tags.",
+                 "When a table has a deletion column, always add <that column> IS NULL to the WHERE clause.",
+                 "When a table has a deletion column, always add <that column> IS NULL, as in `deleted_at IS NULL`.",
+                 "Always add the condition `deleted_at <> <script>` to the WHERE clause."):
+        assert clean_rule(text)[1] == "contains markup or code symbols", text
+
+
 def test_fallback_runs_only_when_the_evidence_wide_proposal_is_unusable():
     """Like the 1.5B model: the diagnosis fields come back empty and the edits as SQL; the per-case
     prompt still yields a rule, which paired acceptance then adopts because it fixes counting."""

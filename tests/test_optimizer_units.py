@@ -320,7 +320,9 @@ def test_guard_lets_a_condition_over_a_column_through_but_not_a_value_in_it():
     g, seed = MemorizationGuard(), "Write one SQLite query."
     for rule in ("When a table has a column that flags deleted rows (such as deleted_at), those rows do not count: "
                  "always add the condition `deleted_at IS NULL` to the WHERE clause.",
-                 "When a table has a column such as is_sample, always add the condition `is_sample = 0`."):
+                 "When a table has a column such as is_sample, always add the condition `is_sample = 0`.",
+                 "When a table has a column that flags deleted rows (such as deleted_at or archived_on), those rows do not "
+                 "count: always add the condition `<that column> IS NULL` to the WHERE clause."):
         v = g.check(rule, seed, [soft, other])
         assert v.allowed, (rule, v.reason)
     for rule in ("For these questions always add the condition `category = 'Poetry'` to the WHERE clause.",
