@@ -123,20 +123,27 @@ def test_an_unusable_rule_is_re_asked_once_with_the_reason(db):
         ("When a column is stored in Fahrenheit, convert it to Celsius before comparing.", None)]
 
 
+def reflector_taking_the_opening(ending: str, otherwise: str):
+    """A scripted reflector that answers `otherwise` until a re-ask hands it an opening, then completes
+    the opening with `ending` (what the 1.5B reflector did on the conventions demo)."""
+    import re
+
+    def reflector(req):
+        opening = re.search(r'start it with "([^"]+)"', req.inputs["failure_pattern"])
+        return {"rule": f"{opening.group(1)} {ending}" if opening else otherwise}
+
+    return reflector
+
+
 def test_a_copied_example_is_re_asked_with_the_opening_of_a_rule_about_this_evidence(db):
     """A small reflector that copies a worked example whenever it is free to (the 1.5B model on the
     conventions demo, again when told to name the evidence's columns) writes a rule about this
     evidence once the re-ask hands it the opening naming the pattern's own columns."""
-    import re
 
     cases = [case("F1", WRONG_TABLE, db), case("P1", "SELECT name FROM singer", db, passed=True)]
     copied = "When a table has a column that flags sample or demo rows (such as is_sample or demo_row), always leave those rows out."
 
-    def reflector(req):
-        opening = re.search(r'start it with "([^"]+)"', req.inputs["failure_pattern"])
-        return {"rule": f"{opening.group(1)} take it from the table whose schema lists it." if opening else copied}
-
-    rl = scripted_lm(reflector)
+    rl = scripted_lm(reflector_taking_the_opening("take it from the table whose schema lists it.", copied))
     with dspy.context(lm=rl):
         proposal = CaseRuleProposer().propose(ctx(cases, 1))
     assert len(engine_of(rl).calls) == 2
@@ -152,7 +159,6 @@ def test_a_rule_that_is_not_about_its_pattern_is_re_asked_with_the_opening_of_th
     For a pattern about a kind of column, a rule that names none of the pattern's columns is re-asked
     with the opening; for any pattern, so is a rule about the case's own columns instead; a rule that
     names the pattern's columns is kept, and so is a generic rule for a label-free pattern."""
-    import re
 
     from dspy_hero.diagnosis import Category, Diagnosis, Fact
 
@@ -173,11 +179,7 @@ def test_a_rule_that_is_not_about_its_pattern_is_re_asked_with_the_opening_of_th
     good = "When a table has a column such as deleted_at or archived_at, always leave those rows out."
 
     def run(first: str, pool: list[Case]) -> tuple[list, list]:
-        def reflector(req):
-            opening = re.search(r'start it with "([^"]+)"', req.inputs["failure_pattern"])
-            return {"rule": f"{opening.group(1)} always leave those rows out." if opening else first}
-
-        rl = scripted_lm(reflector)
+        rl = scripted_lm(reflector_taking_the_opening("always leave those rows out.", first))
         with dspy.context(lm=rl):
             proposal = CaseRuleProposer().propose(ctx(pool, 1))
         return [(e.rule, e.problem) for e in proposal.edits], engine_of(rl).calls

@@ -262,17 +262,14 @@ def off_pattern(rule: str, pattern_names: list[str], case: Any, category: str) -
     result will be incorrect." """
     if not pattern_names or any(n.lower() in rule.lower() for n in pattern_names):
         return None
-    strays = case_only_names(rule, pattern_names, case)
+    strays = case_only_names(rule, case)
     return strays if strays or category in _ABOUT_COLUMNS else None
 
 
-def case_only_names(rule: str, pattern_names: list[str], case: Any) -> list[str]:
-    """The identifiers of the case's generated program that the rule names while it names none of the
-    pattern's own (`instance_names`): a rule about the case at hand, not about the pattern it was asked
-    for. Empty when the pattern quotes no names or the rule names one of them."""
-    low = rule.lower()
-    if not pattern_names or any(n.lower() in low for n in pattern_names):
-        return []
+def case_only_names(rule: str, case: Any) -> list[str]:
+    """The identifiers of the case's generated program that the rule names (SQL keywords aside): for a
+    rule that names none of its pattern's own names (`off_pattern` checks that first), a rule about the
+    case at hand, not about the pattern it was asked for."""
     program = " ".join(str(v) for k, v in getattr(case, "program", {}).items() if k != "raw_output")
     own = {w.lower() for w in _IDENTIFIER.findall(program) if "_" in w or w.lower() not in _SQL_WORDS}
     named = [w for w in dict.fromkeys(_IDENTIFIER.findall(rule)) if w.lower() in own and len(w) > 2]
@@ -282,6 +279,14 @@ def case_only_names(rule: str, pattern_names: list[str], case: Any) -> list[str]
 _SQL_WORDS = frozenset("""select from where and or not in is null as on join inner left right outer group by order
 having limit distinct count sum avg min max case when then else end like between exists union all asc desc
 match return with optional create delete set def import true false none""".split())
+
+
+def _opening(names: list[str], language: str | None) -> tuple[str, list[str], str]:
+    """(what the names are called, the first three names, the sentence start a re-ask hands over)."""
+    some = names[:3]
+    listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
+    kind, opening = _OPENINGS.get(language, _OPENINGS[None])
+    return kind, some, opening.format(listed)
 
 
 def copy_problem(rule: str, names: list[str], language: str | None = None) -> str:
@@ -296,21 +301,17 @@ def copy_problem(rule: str, names: list[str], language: str | None = None) -> st
     why = f"it copies a worked example instead of describing this evidence: {used} are not in it"
     if not names:
         return why
-    some = names[:3]
-    listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
-    kind, opening = _OPENINGS.get(language, _OPENINGS[None])
-    return f'{why}. Write the rule about the {kind} above; start it with "{opening.format(listed)},"'
+    kind, _, start = _opening(names, language)
+    return f'{why}. Write the rule about the {kind} above; start it with "{start},"'
 
 
 def off_pattern_problem(strays: list[str], names: list[str], language: str | None = None) -> str:
     """What the re-ask says about a rule that is not about its pattern (`off_pattern`): the opening of a
     rule about the pattern's names, as for a copied example (`copy_problem`)."""
-    some = names[:3]
-    listed = ", ".join(some[:-1]) + " or " + some[-1] if len(some) > 1 else some[0]
-    kind, opening = _OPENINGS.get(language, _OPENINGS[None])
+    kind, some, start = _opening(names, language)
     why = (f"it is about {', '.join(strays)}, which this one case uses, not about the pattern" if strays else
            f"it names none of the {kind} the instances name ({', '.join(some)})")
-    return f'{why}. Write the rule about the {kind} the instances name; start it with "{opening.format(listed)},"'
+    return f'{why}. Write the rule about the {kind} the instances name; start it with "{start},"'
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
@@ -446,10 +447,11 @@ class CaseRuleProposer:
                 raws.append(f"{case.case_id}{' (re-asked)' if reask else ''}: {raw}")
                 rule, problem = clean_rule(raw)
                 copied = bool(rule) and not problem and copies_an_example(rule, pattern + shown)
+                names = instance_names(pattern)
                 if copied:
-                    problem = copy_problem(rule, instance_names(pattern), case.language)
-                elif rule and not problem and (strays := off_pattern(rule, instance_names(pattern), case, category)) is not None:
-                    problem = off_pattern_problem(strays, instance_names(pattern), case.language)
+                    problem = copy_problem(rule, names, case.language)
+                elif rule and not problem and (strays := off_pattern(rule, names, case, category)) is not None:
+                    problem = off_pattern_problem(strays, names, case.language)
                     copied = True  # not shown again either: the opening replaces it
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"

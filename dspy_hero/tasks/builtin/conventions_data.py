@@ -498,8 +498,11 @@ def ensure_database(db_id: str, seed: int = 0, directory: Path | None = None,
     if db_id not in DATABASES:
         raise KeyError(f"unknown conventions database {db_id!r}; choose one of {sorted(DATABASES)}")
     tables = generate(following(DATABASES[db_id], kinds), seed)
-    directory = Path(directory) / f"seed-{seed}{kinds_tag(kinds)}" if directory and kinds is not None else \
-        Path(directory) if directory else default_directory(seed, kinds)
+    if not directory:
+        directory = default_directory(seed, kinds)
+    elif kinds is not None:  # a variant inside a given folder still gets a folder of its own
+        directory = Path(directory) / f"seed-{seed}{kinds_tag(kinds)}"
+    directory = Path(directory)
     return materialize(tables, directory, db_id, content_digest(tables), seed=seed)
 
 
