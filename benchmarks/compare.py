@@ -64,6 +64,8 @@ class CompareConfig:
     stdlib_only: bool = False
     refine_only_failing: bool = False  # HERO-T: leave programs that execute cleanly alone (CPU time)
     training_references: bool = False  # HERO-O reflects with its TRAINING cases' reference programs
+    rounds: int | None = None  # HERO-O's T (None: its `auto` level's); a small budget funds one well-powered test
+    candidates: int | None = None  # HERO-O's K per round (None: its `auto` level's)
     ves_repetitions: int = 5
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     aggregate: Sequence[str] | None = None
@@ -170,7 +172,7 @@ def ordered_methods(methods: Sequence[str]) -> list[str]:
 def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
     """What must match for a resumed run to reuse saved method results."""
     keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate",
-            "training_references")
+            "training_references", "hero_rounds", "hero_candidates")
     return {k: meta.get(k) for k in keys}
 
 
@@ -190,6 +192,13 @@ def stale_setting(method: str, saved: MethodResult, config: CompareConfig) -> st
     if saved.extras.get(recorded) != wanted:
         return f"it ran with {option}={saved.extras.get(recorded)}, this invocation asks for {wanted}"
     return None
+
+
+def hero_o_args(config: CompareConfig) -> dict[str, Any]:
+    """HeroOptimizer settings this invocation gives beyond the budget (the rest are its defaults)."""
+    given = {"training_references": True if config.training_references else None,
+             "num_rounds": config.rounds, "num_candidates": config.candidates}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -214,6 +223,8 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
             "refine_only_failing": config.refine_only_failing,
             **({"training_references": True} if config.training_references else {}),
+            **({"hero_rounds": config.rounds} if config.rounds is not None else {}),
+            **({"hero_candidates": config.candidates} if config.candidates is not None else {}),
             "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
             "test_ids": [e.example_id for e in test], "command": config.command,
             "machine": f"{platform.node()} {platform.platform()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
@@ -229,7 +240,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
         ctx = RunContext(task=task, train=train, val=val, test=test, task_lm=task_lm, reflection_lm=refl_lm,
                          budget=budget, threads=config.threads, seed=config.seed, out_dir=out,
                          ves_repetitions=config.ves_repetitions, refine_only_failing=config.refine_only_failing,
-                         optimizer_args={"training_references": True} if config.training_references else {})
+                         optimizer_args=hero_o_args(config))
         results: dict[str, MethodResult] = {}
         order = ordered_methods(config.methods)
         for method in order:
@@ -294,6 +305,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--training-references", action="store_true",
                    help="HERO-O: show the reflector its TRAINING cases' reference programs and their diff "
                         "(label-free evidence otherwise; recorded in meta.json)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="HERO-O rounds T (default: its auto level's, 5 for light). Each candidate is tested at level "
+                        "alpha/(T*K), so at small budgets fewer rounds and candidates give the one affordable test power")
+    p.add_argument("--candidates", type=int, default=None, help="HERO-O candidates K per round (default: 4 for light)")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
     p.add_argument("--aggregate", nargs="+", default=None, metavar="RUN_DIR",
                    help="instead of running: combine finished runs (e.g. one per seed) into <out>/aggregate.{json,md}")
@@ -305,6 +320,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only, deterministic=a.deterministic,
         refine_only_failing=a.refine_only_failing, training_references=a.training_references,
+        rounds=a.rounds, candidates=a.candidates,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),
     ), a.verbose

@@ -393,6 +393,28 @@ def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture,
         compare.run_comparison(config(out, spider_fixture, methods=["hero_o"]))
 
 
+def test_rounds_and_candidates_reach_hero_o_and_the_meta(tmp_path, spider_fixture, monkeypatch):
+    """--rounds/--candidates set HERO-O's T and K (so its level alpha/(T*K)) and are recorded in meta.json:
+    a run with another plan cannot resume into this one's HERO-O result."""
+    cfg, _ = compare.parse_args(["--task", "spider", "--rounds", "1", "--candidates", "2", "--out", str(tmp_path / "x")])
+    assert (cfg.rounds, cfg.candidates) == (1, 2)
+    seen = []
+    real = compare.run_method
+
+    def spy(ctx, method):
+        seen.append((method, dict(ctx.optimizer_args)))
+        return real(ctx, method)
+
+    monkeypatch.setattr(compare, "run_method", spy)
+    out = tmp_path / "plan"
+    compare.run_comparison(config(out, spider_fixture, methods=["hero_o"], rounds=1, candidates=2))
+    assert seen == [("hero_o", {"num_rounds": 1, "num_candidates": 2})]
+    meta = json.loads((out / "meta.json").read_text())
+    assert (meta["hero_rounds"], meta["hero_candidates"]) == (1, 2)
+    with pytest.raises(ValueError, match="different settings"):
+        compare.run_comparison(config(out, spider_fixture, methods=["hero_o"], rounds=2, candidates=2))
+
+
 @pytest.mark.local_model
 def test_a_small_task_model_can_be_taught_by_a_larger_local_reflector():
     """`--lm local:0.5b --reflection-lm local:1.5b`: two embedded models, each deterministic; the same spec
