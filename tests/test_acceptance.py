@@ -158,3 +158,23 @@ def test_power_on_a_twenty_point_rule():
         out = {i: FIX if rng.random() < 0.2 else TIE for i in ORDER}
         hits += acc.decide("c", ORDER, lambda ids, out=out: {i: out[i] for i in ids}).accepted
     assert hits / 400 >= 0.8
+
+
+def test_pairs_to_detect_is_the_first_size_at_which_such_a_rule_passes():
+    """The exact sign test with f fixes and no breaks rejects "no better" when 0.5**f <= level; the
+    least level the last look holds is alpha / family * (1 - early_share). A share of 0.25 needs
+    f = 6 at 0.02 * 0.8 (n = 24), f = 7 for a family of two (n = 28); 20 pairs can show neither."""
+    rule = SignTestAcceptance(alpha=0.02, max_size=64)
+    assert rule.pairs_to_detect(0.25) == 24 and rule.pairs_to_detect(0.25, family_size=2) == 28
+    assert rule.pairs_to_detect(0.5) == 12 and SignTestAcceptance(alpha=0.02, max_size=20).pairs_to_detect(0.25) is None
+    # the promise holds when fed through the real test: that many pairs at that share are adopted...
+    for family, share in ((1, 0.25), (2, 0.25), (4, 0.3)):
+        n = rule.pairs_to_detect(share, family_size=family)
+        fixes = set(range(math.floor(share * n)))
+        order = [f"u{i}" for i in range(n)]
+        dec = rule.decide("c", order, lambda ids, fixes=fixes: {i: (0.0, float(int(i[1:]) in fixes)) for i in ids},
+                          family_size=family)
+        assert dec.accepted and dec.n == n, (family, share, dec.reason)
+        # ...and one pair fewer is not enough at the last look's least level
+        level = rule.alpha / family * (1 - rule.early_share)
+        assert improvement_bounds(math.floor(share * (n - 1)), 0, n - 1, level)[0] <= 0

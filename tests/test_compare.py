@@ -15,8 +15,8 @@ import pytest
 from dspy_hero.bench.accounting import CountingMetric
 from dspy_hero.bench.methods import DEFAULT_METHODS, mipro_plan
 from dspy_hero.bench.stats import bootstrap_mean, fixes_and_breaks, paired_bootstrap
-from dspy_hero.lm.usage import track_usage, usage_of
 from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.lm.usage import track_usage, usage_of
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_OPTUNA = "dspy.MIPROv2 needs optuna, from the 'mipro' extra: python -m pip install -e '.[mipro]'"

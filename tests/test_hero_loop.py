@@ -22,6 +22,7 @@ from optimizer_toy import (
 from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
 from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
 from dspy_hero.lm.scripted import engine_of, scripted_lm
+from dspy_hero.optimizer.acceptance import SignTestAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, SelectionOutcome
 from dspy_hero.optimizer.budget import Budget
 from dspy_hero.optimizer.hero import HeroOptimizer
@@ -320,12 +321,38 @@ def test_adopter_takes_the_best_lower_bound_not_the_best_estimate():
 
 def test_a_short_round_gives_every_open_candidate_the_same_number_of_pairs():
     """Three undecided candidates and a round that cannot afford all their looks: the pairs are
-    split evenly (the first candidate does not starve the others)."""
+    split evenly (the first candidate does not starve the others). detectable_fix_share=0 funds all three
+    (by default this budget tests fewer candidates with more pairs each)."""
     noop = [NOOP_RULE, "Write SQL keywords in upper case for readability.", "Prefer short table aliases in queries."]
-    out = compile_toy([noop], n=120, num_rounds=1, num_candidates=3, max_metric_calls=150, min_calls_per_round=0)
+    out = compile_toy([noop], n=120, num_rounds=1, num_candidates=3, max_metric_calls=150, min_calls_per_round=0,
+                      detectable_fix_share=0)
     tested = [c.decision for c in out.detailed_results.rounds[0].candidates if c.decision is not None]
     assert len(tested) == 3 and len({d.n for d in tested}) == 1 and tested[0].n >= 8
     assert all("budget ran out" in d.reason or "pool" in d.reason or "max size" in d.reason for d in tested)
+
+
+def test_a_small_budget_tests_one_candidate_that_can_decide_instead_of_several_that_cannot():
+    """100 calls, K=4: four candidates' fair shares (~12-20 pairs at alpha/(5*K)) cannot show a rule that
+    fixes a third of the questions, so the round asks for and tests one, with the pairs to detect it;
+    detectable_fix_share=0 (only two first looks required) splits the budget and rejects the same rule."""
+    rules = [[COUNT_RULE, NOOP_RULE, "Write SQL keywords in upper case for readability.",
+              "Prefer short table aliases in queries."]] * 5
+    kw = {"n": 60, "num_candidates": 4, "max_metric_calls": 100, "max_proposal_calls": None}
+    one_each = reflection_lm([[r] for r in rules[0]])  # one rule per proposal call
+    compile_toy(None, rl=one_each, **kw)
+    edit_calls = [c for c in engine_of(one_each).calls if "current_rules" in c.inputs and "evidence" not in c.inputs]
+    assert len(edit_calls) == 1  # no reflection-LM time spent on candidates the round could not test well
+    first = compile_toy(rules, **kw).detailed_results.rounds[0]
+    tested = [c for c in first.candidates if c.decision is not None]
+    assert len(tested) == 1 and tested[0].edit == f"ADD: {COUNT_RULE}" and tested[0].decision.accepted
+    needed = SignTestAcceptance(alpha=0.1 / 5, max_size=64).pairs_to_detect(0.25)
+    assert tested[0].decision.n >= needed == 24
+    assert all(c.status is CandidateStatus.SKIPPED for c in first.candidates if c.decision is None)
+    assert any("tests 1 of num_candidates=4" in n and "asking for 1" in n for n in first.notes)
+    split = compile_toy(rules, detectable_fix_share=0, **kw).detailed_results
+    tested = [c for c in split.rounds[0].candidates if c.decision is not None]
+    assert len(tested) >= 2 and all(c.decision.n < needed for c in tested)
+    assert split.final_entry_id == "seed" and not any(c.decision.accepted for c in tested)
 
 
 def test_a_round_that_cannot_fund_a_first_look_asks_no_reflection():

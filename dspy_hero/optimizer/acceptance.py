@@ -165,6 +165,19 @@ class SignTestAcceptance:
             out.append(min(limit, out[-1] + max(1, step)))
         return out
 
+    def pairs_to_detect(self, fix_share: float, *, family_size: int = 1) -> int | None:
+        """The fewest pairs n (<= max_size) at which a candidate that fixes ``fix_share`` of them and
+        breaks none is adopted, at the least level the last look can hold (the early looks may have
+        spent ``early_share``); None when even max_size pairs cannot show it. A round funds a candidate
+        only with that many pairs: a test below it rejects every rule that size of effect can have."""
+        level = self.alpha / max(1, int(family_size)) * (1.0 - self.early_share)
+        for n in range(1, self.max_size + 1):
+            fixes = math.floor(fix_share * n)
+            lower, _ = improvement_bounds(fixes, 0, n, level)
+            if fixes and lower > self.margin and fixes / n > self.margin:
+                return n
+        return None
+
     def start(self, candidate_id: str, order: list[str], *, family_size: int = 1) -> AcceptanceTest:
         """An open test that the caller feeds look by look (so a round can interleave its candidates'
         looks and give the budget to the ones still undecided, evenly)."""

@@ -346,7 +346,13 @@ class HeroRun:
                              "new: at reflection_temperature=0 asking again would repeat its answers")
             return rec
         self.asked[asked] = repeat + 1
-        queued = self._propose(plan, rec, evidence, rejected, repeat)
+        k = self._fundable(order, cur_key, self.s.num_candidates)
+        if k < self.s.num_candidates:
+            enough = (f"pairs enough to adopt a rule that fixes {self.s.detectable_fix_share:.0%} of them"
+                      if self.s.detectable_fix_share > 0 else "two first looks each")
+            rec.notes.append(f"the round's budget tests {k} of num_candidates={self.s.num_candidates} candidates "
+                             f"with {enough}: asking for {k}")
+        queued = self._propose(plan, rec, evidence, rejected, repeat, k)
         if not queued:
             rec.notes.append("no usable candidate this round")
             return rec
@@ -386,10 +392,10 @@ class HeroRun:
         return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
 
     def _propose(self, plan: RoundPlan, rec: RoundRecord, evidence: Evidence,
-                 rejected: dict[str, str | None], repeat: int) -> list[Candidate]:
-        """Proposal calls over the evidence slices until K distinct new candidates are queued; a
+                 rejected: dict[str, str | None], repeat: int, k: int) -> list[Candidate]:
+        """Proposal calls over the evidence slices until `k` distinct new candidates are queued; a
         question asked before (`repeat` > 0) is asked at fresh samples."""
-        state, k = self.current[plan.predictor], self.s.num_candidates
+        state = self.current[plan.predictor]
         base = ReflectionContext(plan.predictor, state.seed, state.rules, state.render(), evidence.text,
                                  list(evidence.shown), k, evidence.cases, tuple(e for e in rejected.values() if e),
                                  repeat=repeat)
@@ -450,14 +456,32 @@ class HeroRun:
         return longest
 
     def _fund(self, queued: list[Candidate], order: list[str], cur_key: str) -> list[Candidate]:
-        """The candidates this round can test properly: drop the last ones (untested, not rejected,
-        so a later round may propose them again) while a fair share would be under two initial samples."""
-        m = len(queued)
-        while m > 1 and self._affordable(order, cur_key, None, m) < 2 * self.s.acceptance_initial:
-            m -= 1
+        """The candidates this round can test properly; the last ones are left untested (not rejected,
+        so a later round may propose them again)."""
+        m = self._fundable(order, cur_key, len(queued))
         for cand in queued[m:]:
-            cand.record.mark(CandidateStatus.SKIPPED, "the round's budget tests fewer candidates well")
+            cand.record.mark(CandidateStatus.SKIPPED, f"the round's budget tests {m} candidate(s) well")
         return queued[:m]
+
+    def _fundable(self, order: list[str], cur_key: str, limit: int) -> int:
+        """How many of `limit` candidates (at least 1) get a fair share of pairs that can decide: two
+        first looks, and enough pairs that a rule fixing `detectable_fix_share` of them would pass at
+        the level of a family that size (or every pair a test may use, when the pool holds fewer).
+        Splitting a small budget over more tests only makes each one smaller and stricter (at 120
+        calls, four tests of ~16 pairs at alpha/20 adopt nothing)."""
+        m = max(1, limit)
+        usable = min(self.s.acceptance_max, len(order))
+        while m > 1 and self._affordable(order, cur_key, None, m) < self._pairs_needed(m, usable):
+            m -= 1
+        return m
+
+    def _pairs_needed(self, family: int, usable: int) -> float:
+        floor = 2 * self.s.acceptance_initial
+        detect = getattr(self.acceptance, "pairs_to_detect", None)
+        if self.s.detectable_fix_share <= 0 or detect is None:
+            return floor  # a custom acceptance rule that cannot say: the looks alone decide
+        n = detect(self.s.detectable_fix_share, family_size=family)
+        return max(floor, usable if n is None else min(n, usable))
 
     def _affordable(self, order: list[str], cur_key: str, cand_key: str | None, candidates: int) -> int:
         """The most pairs p each of `candidates` remaining candidates can get from what the round has

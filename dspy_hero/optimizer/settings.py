@@ -61,6 +61,7 @@ class HeroSettings:
     acceptance_initial: int = 8
     acceptance_max: int = 64
     acceptance_alpha: float = 0.1
+    detectable_fix_share: float = 0.25  # a funded test must be able to adopt a rule fixing this share of its pairs
     pool_fractions: tuple[float, float, float] = (0.3, 0.5, 0.2)
     group_key: str | None = None
     selection_budget_fraction: float = 0.2
@@ -85,6 +86,9 @@ class HeroSettings:
                              "probability that a run adopts a change that is not better (default 0.1)")
         if self.acceptance_initial < 1 or self.acceptance_max < self.acceptance_initial:
             raise ValueError("need 1 <= acceptance_initial <= acceptance_max")
+        if not 0.0 <= self.detectable_fix_share < 1.0:
+            raise ValueError(f"detectable_fix_share must be in [0, 1), got {self.detectable_fix_share} "
+                             "(0: fund every candidate that gets two first looks)")
         if not 0.0 <= self.acceptance_margin < 1.0:
             raise ValueError("acceptance_margin must be in [0, 1)")
         if not isinstance(self.max_errors, int) or isinstance(self.max_errors, bool) or self.max_errors < 0:
