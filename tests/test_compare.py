@@ -372,11 +372,8 @@ def test_react_baseline_treats_an_environment_failure_as_an_observation(spider_f
     assert pred.react_steps[-1]["ok"] and task.metric(ex, pred).score == 1.0
 
 
-def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture, monkeypatch):
-    """--training-references is recorded in meta.json (a run without it cannot resume into it) and is
-    the setting HERO-O runs with; without it HERO-O's evidence stays label-free."""
-    cfg, _ = compare.parse_args(["--task", "spider", "--training-references", "--out", str(tmp_path / "x")])
-    assert cfg.training_references
+def optimizer_args_seen(monkeypatch) -> list[tuple[str, dict]]:
+    """(method, HeroOptimizer settings it ran with) for every method the comparison runs from now on."""
     seen = []
     real = compare.run_method
 
@@ -385,6 +382,15 @@ def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture,
         return real(ctx, method)
 
     monkeypatch.setattr(compare, "run_method", spy)
+    return seen
+
+
+def test_training_references_reach_hero_o_and_the_meta(tmp_path, spider_fixture, monkeypatch):
+    """--training-references is recorded in meta.json (a run without it cannot resume into it) and is
+    the setting HERO-O runs with; without it HERO-O's evidence stays label-free."""
+    cfg, _ = compare.parse_args(["--task", "spider", "--training-references", "--out", str(tmp_path / "x")])
+    assert cfg.training_references
+    seen = optimizer_args_seen(monkeypatch)
     out = tmp_path / "refs"
     compare.run_comparison(config(out, spider_fixture, methods=["hero_o"], training_references=True))
     assert seen == [("hero_o", {"training_references": True})]
@@ -398,14 +404,7 @@ def test_rounds_and_candidates_reach_hero_o_and_the_meta(tmp_path, spider_fixtur
     a run with another plan cannot resume into this one's HERO-O result."""
     cfg, _ = compare.parse_args(["--task", "spider", "--rounds", "1", "--candidates", "2", "--out", str(tmp_path / "x")])
     assert (cfg.rounds, cfg.candidates) == (1, 2)
-    seen = []
-    real = compare.run_method
-
-    def spy(ctx, method):
-        seen.append((method, dict(ctx.optimizer_args)))
-        return real(ctx, method)
-
-    monkeypatch.setattr(compare, "run_method", spy)
+    seen = optimizer_args_seen(monkeypatch)
     out = tmp_path / "plan"
     compare.run_comparison(config(out, spider_fixture, methods=["hero_o"], rounds=1, candidates=2))
     assert seen == [("hero_o", {"num_rounds": 1, "num_candidates": 2})]
