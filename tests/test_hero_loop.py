@@ -355,6 +355,27 @@ def test_a_small_budget_tests_one_candidate_that_can_decide_instead_of_several_t
     assert split.final_entry_id == "seed" and not any(c.decision.accepted for c in tested)
 
 
+class DecideOnly:
+    """A user's acceptance rule with only the protocol's `decide` (no pairs_to_detect)."""
+
+    def __init__(self):
+        self.inner = SignTestAcceptance(max_size=64, alpha=0.02)
+
+    def decide(self, candidate_id, order, pair_scores, *, family_size=1):
+        return self.inner.decide(candidate_id, order, pair_scores, family_size=family_size)
+
+
+def test_an_acceptance_rule_that_cannot_size_its_tests_is_funded_by_first_looks_and_says_so(caplog):
+    rules = [[COUNT_RULE, NOOP_RULE, "Write SQL keywords in upper case for readability."]] * 5
+    res = compile_toy(rules, n=60, num_candidates=3, max_metric_calls=100, acceptance=DecideOnly()).detailed_results
+    assert any("has no pairs_to_detect()" in w for w in res.warnings)
+    assert "has no pairs_to_detect()" in caplog.text
+    assert sum(c.decision is not None for c in res.rounds[0].candidates) >= 2  # two first looks each, as before
+    quiet = compile_toy(rules, n=60, num_candidates=3, max_metric_calls=100, acceptance=DecideOnly(),
+                        detectable_fix_share=0).detailed_results
+    assert not any("pairs_to_detect" in w for w in quiet.warnings)
+
+
 def test_a_round_that_cannot_fund_a_first_look_asks_no_reflection():
     """When what a round has left cannot pay one candidate's first look (acceptance_initial pairs),
     HERO-O does not spend reflection-LM calls on candidates nothing could test (on Spider with the 1.5B

@@ -281,6 +281,11 @@ class HeroRun:
         seed_instr = self._render(self.current)
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=s.seed)
         self.result.warnings += [f"pools: {n}" for n in self.pools.notes]
+        if s.detectable_fix_share > 0 and not hasattr(self.acceptance, "pairs_to_detect"):
+            note = (f"acceptance rule {type(self.acceptance).__name__} has no pairs_to_detect(): candidates are funded "
+                    "with two first looks each, not by detectable_fix_share (set it to 0 to silence this)")
+            logger.warning("HERO-O: %s", note)
+            self.result.warnings.append(note)
         self.archive = [ArchiveEntry("seed", 0, seed_instr, tokens_of(seed_instr))]
         self.discovered = [self.preflight_calls]  # metric calls spent when each archive entry was found
         self.decisions: dict[str, Any] = {}  # archive entry id -> the decision that adopted it
@@ -468,7 +473,7 @@ class HeroRun:
         first looks, and enough pairs that a rule fixing `detectable_fix_share` of them would pass at
         the level of a family that size (or every pair a test may use, when the pool holds fewer).
         Splitting a small budget over more tests only makes each one smaller and stricter (at 120
-        calls, four tests of ~16 pairs at alpha/20 adopt nothing)."""
+        calls, four tests of 12-19 pairs at alpha/20 adopt a rule fixing 30% of them in 0-7% of draws)."""
         m = max(1, limit)
         usable = min(self.s.acceptance_max, len(order))
         while m > 1 and self._affordable(order, cur_key, None, m) < self._pairs_needed(m, usable):
