@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
 from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
+from dspy_hero.lm.scripted import engine_of
 from dspy_hero.optimizer.acceptance import Decision, SignTestAcceptance
 from dspy_hero.optimizer.hero import HeroOptimizer
 
@@ -116,14 +117,18 @@ def part1(reps: int) -> list[dict]:
     return rows
 
 
-def run_loop(world: RuleEffectWorld, seed: int, old: bool) -> dict:
-    examples, metric = effect_world_task(world, 120)
+def run_loop(world: RuleEffectWorld, seed: int, old: bool, examples: int = 120, **settings) -> dict:
+    """One real HERO-O run in `world` (`settings`: HeroOptimizer's, auto="light" unless a budget is given)."""
+    data, metric = effect_world_task(world, examples)
     task, reflect = effect_world_lms(world)
     student = dspy.Predict(dspy.Signature("question -> answer", "Answer the question with the item's code."))
-    kwargs = {"acceptance": OldRule(max_size=48)} if old else {}
+    if old:
+        settings["acceptance"] = OldRule(max_size=48)
+    if "max_metric_calls" not in settings:
+        settings.setdefault("auto", "light")
     with dspy.context(lm=task):
-        out = HeroOptimizer(metric, auto="light", reflection_lm=reflect, seed=seed, num_threads=1,
-                            display_progress=False, **kwargs).compile(student, examples)
+        out = HeroOptimizer(metric, reflection_lm=reflect, seed=seed, num_threads=1, display_progress=False,
+                            **settings).compile(student, data)
     res = out.detailed_results
     final = res.final_instructions["self"] if "self" in res.final_instructions else next(iter(res.final_instructions.values()))
     rules = [line[2:] for line in final.splitlines() if line.startswith("- ")]
@@ -136,6 +141,8 @@ def run_loop(world: RuleEffectWorld, seed: int, old: bool) -> dict:
         "harmful_in_final": HARMFUL.rule in rules,
         "harmful_tested": sum(c.edit == f"ADD: {HARMFUL.rule}" for c in tested),
         "candidates_tested": len(tested),
+        "pairs": [c.decision.n for c in tested],
+        "reflection_calls": len(engine_of(reflect).calls),
         "adoptions": sum(r.adopted_candidate_id is not None for r in res.rounds),
         "metric_calls": res.total_metric_calls, "budget": res.budget,
         "in_sample_fix_break": [res.adopted_fixes, res.adopted_breaks],

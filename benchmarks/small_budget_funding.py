@@ -27,50 +27,25 @@ import logging
 import sys
 from pathlib import Path
 
-import dspy
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
-from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
-from dspy_hero.lm.scripted import engine_of
-from dspy_hero.optimizer.hero import HeroOptimizer
+from benchmarks.acceptance import HARMFUL, HELPFUL, run_loop
+from dspy_hero.bench.simulate_worlds import RuleEffectWorld
 
-HELPFUL = RuleEffect("When the question asks for a code, read it from the item number it names.", 0.20, 0.0)
-HARMFUL = RuleEffect("When the question names an item, answer with the most common code instead.", 0.10, 0.20)
 FUNDING = {"detect 25%": 0.25, "two first looks": 0.0}
-
-
-def run_once(world: RuleEffectWorld, seed: int, budget: int, share: float, examples: int) -> dict:
-    data, metric = effect_world_task(world, examples)
-    task, reflect = effect_world_lms(world)
-    student = dspy.Predict(dspy.Signature("question -> answer", "Answer the question with the item's code."))
-    with dspy.context(lm=task):
-        out = HeroOptimizer(metric, max_metric_calls=budget, reflection_lm=reflect, seed=seed, num_threads=1,
-                            display_progress=False, detectable_fix_share=share).compile(student, data)
-    res = out.detailed_results
-    final = next(iter(res.final_instructions.values()))
-    rules = [line[2:] for line in final.splitlines() if line.startswith("- ")]
-    tested = [c.decision for r in res.rounds for c in r.candidates if c.decision is not None]
-    return {
-        "seed": seed, "final_rules": rules,
-        "helpful": HELPFUL.rule in rules, "harmful": HARMFUL.rule in rules,
-        "noise": sum(r not in (HELPFUL.rule, HARMFUL.rule) for r in rules),
-        "tested": len(tested), "pairs": [d.n for d in tested],
-        "proposal_calls": len(engine_of(reflect).calls), "metric_calls": res.total_metric_calls,
-    }
 
 
 def summarize(runs: list[dict]) -> dict:
     pairs = [n for r in runs for n in r["pairs"]]
     return {
         "seeds": len(runs),
-        "helpful_kept": sum(r["helpful"] for r in runs), "noise_kept": sum(r["noise"] > 0 for r in runs),
-        "harmful_kept": sum(r["harmful"] for r in runs),
-        "tested_per_run": sum(r["tested"] for r in runs) / len(runs),
+        "helpful_kept": sum(r["helpful_in_final"] for r in runs),
+        "noise_kept": sum(r["noise_in_final"] > 0 for r in runs),
+        "harmful_kept": sum(r["harmful_in_final"] for r in runs),
+        "tested_per_run": sum(r["candidates_tested"] for r in runs) / len(runs),
         "pairs_per_test": sum(pairs) / len(pairs) if pairs else 0.0,
-        "reflection_calls_per_run": sum(r["proposal_calls"] for r in runs) / len(runs),
+        "reflection_calls_per_run": sum(r["reflection_calls"] for r in runs) / len(runs),
         "metric_calls_per_run": sum(r["metric_calls"] for r in runs) / len(runs),
     }
 
@@ -88,8 +63,9 @@ def main() -> None:
         for world_name, known in (("null", ()), ("helpful", (HELPFUL, HARMFUL))):
             for funding, share in FUNDING.items():
                 key = f"{budget}/{world_name}/{funding}"
-                runs[key] = [run_once(RuleEffectWorld(salt=f"{world_name}{s}", known=known), s, budget, share,
-                                      args.examples) for s in range(args.seeds)]
+                runs[key] = [run_loop(RuleEffectWorld(salt=f"{world_name}{s}", known=known), s, old=False,
+                                      examples=args.examples, max_metric_calls=budget, detectable_fix_share=share)
+                             for s in range(args.seeds)]
     summary = {k: summarize(v) for k, v in runs.items()}
     print(f"HERO-O (T=5, K=4) on {args.examples} examples, {args.seeds} seeds per row (scripted rule-effect worlds)")
     print(f"{'budget/world/funding':<34} {'+20 kept':>8} {'noise kept':>10} {'harmful':>7} {'tested':>6} "

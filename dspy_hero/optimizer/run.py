@@ -281,7 +281,9 @@ class HeroRun:
         seed_instr = self._render(self.current)
         self.result = HeroResult(budget=self.total, seed_instructions=seed_instr, pools=self.pools.to_dict(), seed=s.seed)
         self.result.warnings += [f"pools: {n}" for n in self.pools.notes]
-        if s.detectable_fix_share > 0 and not hasattr(self.acceptance, "pairs_to_detect"):
+        # how a round sizes its tests: None funds each candidate with two first looks (share 0, or a rule that cannot say)
+        self.detect = getattr(self.acceptance, "pairs_to_detect", None) if s.detectable_fix_share > 0 else None
+        if s.detectable_fix_share > 0 and self.detect is None:
             note = (f"acceptance rule {type(self.acceptance).__name__} has no pairs_to_detect(): candidates are funded "
                     "with two first looks each, not by detectable_fix_share (set it to 0 to silence this)")
             logger.warning("HERO-O: %s", note)
@@ -361,7 +363,7 @@ class HeroRun:
         if not queued:
             rec.notes.append("no usable candidate this round")
             return rec
-        tested = self._fund(queued, order, cur_key)
+        tested = self._fund(queued, k)
         self._test(tested, order, cur, name)
         for cand in tested:
             accepted = cand.record.decision.accepted
@@ -460,10 +462,11 @@ class HeroRun:
             counted.update(w[p] for w in wants.values() if p < len(w))
         return longest
 
-    def _fund(self, queued: list[Candidate], order: list[str], cur_key: str) -> list[Candidate]:
-        """The candidates this round can test properly; the last ones are left untested (not rejected,
-        so a later round may propose them again)."""
-        m = self._fundable(order, cur_key, len(queued))
+    @staticmethod
+    def _fund(queued: list[Candidate], k: int) -> list[Candidate]:
+        """The `k` candidates this round can test properly (`_fundable`; a proposal may queue more than
+        it asked for); the rest are left untested, not rejected, so a later round may propose them again."""
+        m = min(len(queued), k)
         for cand in queued[m:]:
             cand.record.mark(CandidateStatus.SKIPPED, f"the round's budget tests {m} candidate(s) well")
         return queued[:m]
@@ -482,10 +485,9 @@ class HeroRun:
 
     def _pairs_needed(self, family: int, usable: int) -> float:
         floor = 2 * self.s.acceptance_initial
-        detect = getattr(self.acceptance, "pairs_to_detect", None)
-        if self.s.detectable_fix_share <= 0 or detect is None:
-            return floor  # a custom acceptance rule that cannot say: the looks alone decide
-        n = detect(self.s.detectable_fix_share, family_size=family)
+        if self.detect is None:
+            return floor
+        n = self.detect(self.s.detectable_fix_share, family_size=family)
         return max(floor, usable if n is None else min(n, usable))
 
     def _affordable(self, order: list[str], cur_key: str, cand_key: str | None, candidates: int) -> int:
