@@ -311,3 +311,40 @@ def test_each_pattern_is_asked_with_its_own_kind_of_worked_example_first():
     copy = "Filter only on what the question asks for: never add a condition on a column (such as promo_tier)."
     assert copies_an_example(copy, "the prediction adds `country = 'KW'`")
     assert not copies_an_example(copy.replace("promo_tier", "country"), "the prediction adds `country = 'KW'`")
+
+
+def test_a_pattern_that_mixes_kinds_is_asked_through_its_recurring_kind():
+    """"Filter differs from the reference" held `deleted_at IS NULL`, `archived_at IS NULL` and one
+    `category = ...` on the soft-deletion task, and the 1.5B reflector's rule named `category` beside
+    the deletion columns. The case asked about, its spare, the instances listed and the names a
+    re-ask's opening takes are those of the kind that recurs; the count is still the whole category's.
+    With no recurring kind the purest case is asked, as before."""
+    from dspy_hero.diagnosis import Category, Diagnosis, Fact
+    from dspy_hero.optimizer.reflection_cases import instance_kind, instance_names
+
+    def failing(cid: str, *facts: Fact) -> Case:
+        c = Case(cid, cid.lower(), False, 0.0, {"question": f"question {cid}"}, {"sql": "SELECT 1"}, "values differ")
+        c.diagnosis = Diagnosis("sql", facts)
+        return c
+
+    def condition(text: str, column: str) -> Fact:
+        return Fact(Category.REF_FILTER, f"the reference adds the condition `{text}`; the prediction has no "
+                                         f"condition on `{column}`")
+
+    rows = Fact(Category.WRONG_ROW_COUNT, "the result has 3 row(s), the expected 2")
+    stray = failing("F1", condition("category = 'Poetry'", "category"))
+    cases = [stray, failing("F2", condition("deleted_at IS NULL", "deleted_at"), rows),
+             failing("F3", condition("archived_at IS NULL", "archived_at"), rows),
+             failing("F4", condition("removed_on IS NULL", "removed_on"), rows)]
+    assert instance_kind(cases[1].diagnosis.facts[0].text) == instance_kind(cases[2].diagnosis.facts[0].text)
+    assert instance_kind(stray.diagnosis.facts[0].text) != instance_kind(cases[1].diagnosis.facts[0].text)
+    proposer = CaseRuleProposer()
+    ((pick, pattern, spare, _),) = proposer._choose(ctx(cases, 1))
+    assert pick.case_id == "F2" and spare[0].case_id == "F3"
+    assert pattern.startswith("4 of 4 failing case(s)")
+    assert instance_names(pattern) == ["deleted_at", "archived_at", "removed_on"]
+    assert "category" not in pattern and "category" not in spare[1]
+    # every instance its own kind: the purest case (the fewest other findings) is asked, the rest listed
+    mixed = [stray, cases[1], failing("F5", condition("price > 10", "price"), rows)]
+    ((pick, pattern, _, _),) = proposer._choose(ctx(mixed, 1))
+    assert pick.case_id == "F1" and instance_names(pattern) == ["category", "deleted_at", "price"]

@@ -205,20 +205,58 @@ def _render_case(case: Any, max_chars: int, omit: set[str] = frozenset()) -> str
     return "\n".join(lines)
 
 
+def _instance(case: Any, category: str) -> str | None:
+    """The case's own finding of `category` (its first), or None."""
+    diag = getattr(case, "diagnosis", None)
+    own = [f.text for f in diag.facts if f.category.value == category] if diag is not None else []
+    return own[0] if own else None
+
+
+def instance_kind(text: str) -> str:
+    """An instance with the names and values it quotes blanked: "the reference adds the condition
+    `archived_at IS NULL`; ... on `archived_at`" and the same with `deleted_at` are one kind, "...
+    `category = 'Tools'` ..." another. What instances of one convention share across databases."""
+    def blank(m: re.Match) -> str:
+        inner = re.sub(r"'[^']*'", "'v'", m.group(1))
+        inner = re.sub(r"\b\d+(?:\.\d+)?\b", "n", inner)
+        return "`" + _IDENTIFIER.sub(lambda w: w.group(0) if w.group(0).lower() in _SQL_WORDS else "C", inner) + "`"
+    return re.sub(r"`([^`]*)`", blank, text)
+
+
+def same_kind(category: str, group: list[Any]) -> list[Any]:
+    """The group's cases whose instance is of the group's most frequent kind (`instance_kind`), when
+    one kind recurs more often than any other; else [] (every instance its own kind: nothing to prefer).
+
+    Why: a category such as "filter differs from the reference" mixes kinds: on the soft-deletion
+    task (sessions 9-10) its instances were `deleted_at IS NULL`, `archived_at IS NULL` and one
+    `category = ...` from an unrelated question, and the rule the 1.5B reflector wrote from the mix
+    named `category` beside the deletion columns ("... such as archived_at, category or deleted_at,
+    the generated program should filter on this column ...", 3 fixes : 3 breaks on 32 pairs)."""
+    kinds: dict[str, list[Any]] = {}
+    for c in group:
+        if (text := _instance(c, category)) is not None:
+            kinds.setdefault(instance_kind(text), []).append(c)
+    sizes = sorted((len(v) for v in kinds.values()), reverse=True)
+    if not sizes or sizes[0] < 2 or (len(sizes) > 1 and sizes[1] == sizes[0]):
+        return []
+    return next(v for v in kinds.values() if len(v) == sizes[0])
+
+
 def failure_pattern(category: str, group: list[Any], total: int, case: Any, max_instances: int = 4) -> str:
     """The pattern the reflector is asked to write a rule for: the counted category in words and its
-    instances in several cases (the chosen case's first). Several instances, often from different
-    databases, are what lets a small model see the general kind ("a deletion timestamp column") rather
-    than one database's name for it."""
+    instances in several cases (the chosen case's first, then those of the group's recurring kind,
+    `same_kind`, alone when there is one). Several instances, often from different databases, are what
+    lets a small model see the general kind ("a deletion timestamp column") rather than one database's
+    name for it."""
     known = {c.value: c for c in Category}
     words = known[category].describe() if category in known else f"the program failed with {category}"
     text = f"{len(group)} of {total} failing case(s): {words}."
     instances: list[str] = []
-    for c in [case] + [g for g in group if g is not case]:
-        diag = getattr(c, "diagnosis", None)
-        own = [f.text for f in diag.facts if f.category.value == category] if diag is not None else []
-        if own and own[0] not in instances:
-            instances.append(own[0])
+    kind = same_kind(category, group)
+    for c in [case] + [g for g in (kind or group) if g is not case]:
+        own = _instance(c, category)
+        if own and own not in instances:
+            instances.append(own)
         if len(instances) >= max_instances:
             break
     if len(instances) == 1:
@@ -382,14 +420,14 @@ class CaseRuleProposer:
             for cat, group in ordered:
                 if len(picks) >= ctx.num_candidates:
                     break
-                pick = _purest(group, depth, used)
+                pick = _purest(same_kind(cat, group), depth, used) or _purest(group, depth, used)
                 if pick is not None:
                     used.add(pick.case_id)
                     picks.append((pick, failure_pattern(cat, group, len(failing), pick), cat, group))
             depth += 1
         out = []
         for pick, pattern, cat, group in picks:
-            spare_case = _purest(group, 0, used)
+            spare_case = _purest(same_kind(cat, group), 0, used) or _purest(group, 0, used)
             spare = (spare_case, failure_pattern(cat, group, len(failing), spare_case)) if spare_case else None
             out.append((pick, pattern, spare, cat))
         return out
