@@ -348,3 +348,43 @@ def test_a_pattern_that_mixes_kinds_is_asked_through_its_recurring_kind():
     mixed = [stray, cases[1], failing("F5", condition("price > 10", "price"), rows)]
     ((pick, pattern, _, _),) = proposer._choose(ctx(mixed, 1))
     assert pick.case_id == "F1" and instance_names(pattern) == ["category", "deleted_at", "price"]
+
+
+def test_a_rule_whose_condition_is_not_the_references_is_re_asked_with_theirs():
+    """Asked about `archived_at IS NULL` and `deleted_at IS NULL`, the 1.5B reflector kept the worked
+    example's `<that column> = 0` around the right names (soft-deletion task, session 11). Such a rule
+    is re-asked, shown again with the references' conditions; a rule with their form (a role
+    placeholder or a column name), or with no quoted condition, is kept at once."""
+    from dspy_hero.diagnosis import Category, Diagnosis, Fact
+
+    def failing(cid: str, column: str) -> Case:
+        c = Case(cid, cid.lower(), False, 0.0, {"question": f"How many members? ({cid})"},
+                 {"sql": "SELECT COUNT(*) FROM members"}, "values differ", language="sql")
+        c.diagnosis = Diagnosis("sql", (Fact(Category.REF_FILTER, f"the reference adds the condition `{column} IS "
+                                              f"NULL`; the prediction has no condition on `{column}`"),))
+        return c
+
+    cases = [failing("F1", "archived_at"), failing("F2", "deleted_at")]
+    wrong = ("When a table has a column that flags sample or demo rows (such as archived_at or deleted_at), those rows "
+             "do not count: always add the condition `<that column> = 0` to the WHERE clause.")
+    right = ("When a table has a column that marks rows as deleted (such as archived_at or deleted_at), those rows do "
+             "not count: always add the condition `<that column> IS NULL` to the WHERE clause.")
+
+    def run(*answers: str) -> tuple[list, list]:
+        told = iter(answers)
+        rl = scripted_lm(lambda req: {"rule": next(told)})
+        with dspy.context(lm=rl):
+            proposal = CaseRuleProposer().propose(ctx(cases, 1))
+        return [(e.rule, e.problem) for e in proposal.edits], engine_of(rl).calls
+
+    edits, calls = run(wrong, right)
+    reask = calls[1].inputs["failure_pattern"]
+    assert len(calls) == 2 and edits == [(right, None)]
+    assert "its condition `<that column> = 0` is not the one the reference programs add (`archived_at IS NULL`, " \
+           "`deleted_at IS NULL`)" in reask and wrong in reask
+    edits, _ = run(wrong, wrong, wrong)  # never corrected: on record with its problem, not a candidate
+    assert edits[0][1].startswith("its condition")
+    for kept in (right, right.replace("<that column>", "deleted_at"),
+                 "When a table has a column such as archived_at or deleted_at, always leave those rows out."):
+        edits, calls = run(kept)
+        assert len(calls) == 1 and edits == [(kept, None)]

@@ -352,6 +352,37 @@ def off_pattern_problem(strays: list[str], names: list[str], language: str | Non
     return f'{why}. Write the rule about the {kind} the instances name; start it with "{start},"'
 
 
+_ADDED_CONDITION = re.compile(r"adds the condition `([^`]+)`")
+_COMPARISON = re.compile(r"(?:[=<>]|\b(?:is|like|in|between)\b)", re.IGNORECASE)
+
+
+def other_condition(rule: str, pattern: str, category: str) -> tuple[list[str], list[str]] | None:
+    """For a pattern of conditions the reference adds (`Category.REF_FILTER`): (the rule's conditions,
+    the instances' conditions) when the rule quotes conditions and none has the form of any instance's
+    (`instance_kind`, a role placeholder read as a name); else None.
+
+    Why: asked about `archived_at IS NULL` and `deleted_at IS NULL` (soft-deletion task, session 11),
+    the 1.5B reflector put those names into the worked example's sentence and kept its condition:
+    "... (such as archived_at or deleted_at), those rows do not count: always add the condition
+    `<that column> = 0` ...", a rule that would empty every answer it is followed in."""
+    if category != Category.REF_FILTER.value:
+        return None
+    theirs = _ADDED_CONDITION.findall(pattern)
+    ours = [c for c in re.findall(r"`([^`]+)`", rule) if _COMPARISON.search(c)]
+    if not theirs or not ours:
+        return None
+    kinds = {instance_kind(f"`{c}`") for c in theirs}
+    if any(instance_kind("`" + re.sub(r"<[^<>`]+>", "x", c) + "`") in kinds for c in ours):
+        return None
+    return ours, list(dict.fromkeys(theirs))
+
+
+def other_condition_problem(ours: list[str], theirs: list[str]) -> str:
+    """What the re-ask says about a rule whose condition is not the references' (`other_condition`)."""
+    return (f"its condition {', '.join(f'`{c}`' for c in ours)} is not the one the reference programs add "
+            f"({', '.join(f'`{c}`' for c in theirs[:3])}); say what they add")
+
+
 def clean_rule(text: str) -> tuple[str, str | None]:
     """(rule, problem): the first sentence of a free-text answer, or why it is not a usable rule."""
     raw = str(text or "").strip()
@@ -491,6 +522,8 @@ class CaseRuleProposer:
                 elif rule and not problem and (strays := off_pattern(rule, names, case, category)) is not None:
                     problem = off_pattern_problem(strays, names, case.language)
                     copied = True  # not shown again either: the opening replaces it
+                elif rule and not problem and (conditions := other_condition(rule, pattern, category)) is not None:
+                    problem = other_condition_problem(*conditions)  # shown again: only its condition is wrong
                 if rule and not problem and any(rule.lower() == e.rule.lower() for e in edits):
                     problem = "duplicate of another proposed rule"
                 if not problem:
