@@ -100,6 +100,31 @@ def test_max_errors_counts_exceptions_but_not_format_failures(tmp_path):
     assert res.rollout_errors.get("AdapterParseError", 0) > 2
 
 
+def test_the_streak_is_judged_in_start_order_not_in_the_order_threads_finish():
+    """Parse failures return at once, the answers being executed later: on a loaded machine the first
+    three rollouts to *finish* were all failures although a fifth of the examples fail, and the run
+    was stopped. The first three *started* decide, whichever order they finish in."""
+    from dspy_hero.optimizer.rollout import FailFast, RolloutResult
+
+    def done(ex: str, error: str | None = None) -> RolloutResult:
+        return RolloutResult(ex, 0.0 if error else 1.0, "", error=error)
+
+    parse = "AdapterParseError: no fields"
+    watch = FailFast(max_errors=2)
+    first = watch.start(6)
+    for pos in (3, 4, 5):  # the failures finish first
+        watch.observe(done(f"t{pos}", parse), 3, 100, first + pos)
+    for pos in (0, 1, 2):
+        watch.observe(done(f"t{pos}"), 6, 100, first + pos)
+    watch = FailFast(max_errors=2)
+    watch.start(2)
+    watch.observe(done("t1", parse), 1, 100, 1)
+    watch.observe(done("t0", parse), 2, 100, 0)
+    later = watch.start(4)  # a later batch goes on numbering
+    with pytest.raises(RolloutAbort, match=r"first 3 rollouts all failed for the same reason: AdapterParseError"):
+        watch.observe(done("t9", parse), 3, 100, later)
+
+
 def test_max_errors_and_num_threads_default_to_dspy_settings(tmp_path):
     with dspy.context(num_threads=4, max_errors=7):
         _, res = compile_(examples(tmp_path), num_rounds=1, max_metric_calls=60)

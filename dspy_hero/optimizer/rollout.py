@@ -61,19 +61,29 @@ class FailFast:
     """Counts failing rollouts as dspy.Evaluate counts errors, and stops a run that cannot work.
 
     `observe` raises `RolloutAbort` when more than `max_errors` rollouts raised, or when the first
-    `streak` live rollouts all failed for one same reason (module docstring). Thread-safe.
+    `streak` live rollouts all failed for one same reason (module docstring). "First" is the order
+    they were started in (`start` numbers them), not the order threads finish them: a failure that
+    returns at once (a parse failure) finishes before the answers being executed, and judged by
+    completion a run where a fifth of the examples fail was stopped once on a loaded machine. Thread-safe.
     """
 
     def __init__(self, max_errors: int, streak: int | None = None):
         self.max_errors = int(max_errors)
         self.streak = max(3, self.max_errors) if streak is None else int(streak)
         self.errors = 0
-        self.seen = 0
-        self.reasons: set[str | None] = set()
+        self.started = 0
+        self.first: dict[int, str | None] = {}  # start position -> failure reason (None: it passed)
+        self.reported = False
         self.first_error: str | None = None
         self._lock = threading.Lock()
 
-    def observe(self, result: RolloutResult, spent: int, total: int) -> None:
+    def start(self, n: int) -> int:
+        """Number `n` live rollouts about to start; returns the first one's position."""
+        with self._lock:
+            self.started += n
+            return self.started - n
+
+    def observe(self, result: RolloutResult, spent: int, total: int, position: int) -> None:
         with self._lock:
             kind = result.error.split(":", 1)[0] if result.error else None
             if kind is not None and kind not in FORMAT_FAILURES:
@@ -82,17 +92,17 @@ class FailFast:
                     self.first_error = result.error
                     logger.warning("HERO-O: first failing rollout (example %s): %s\n%s", result.example_id,
                                    result.error, result.traceback or "(no traceback)")
-            if self.seen < self.streak:
-                self.seen += 1
-                self.reasons.add(kind or result.unscorable)
+            if position < self.streak:
+                self.first[position] = kind or result.unscorable
             if self.errors > self.max_errors:
                 raise RolloutAbort(
                     f"HERO-O stopped: {self.errors} rollouts raised, more than max_errors={self.max_errors} "
                     f"(as dspy.Evaluate); the first: {self.first_error} (its traceback is logged). "
                     f"{spent} of {total} metric calls spent. Fix the program, the LM or the metric, or raise max_errors.")
-            if self.seen == self.streak and len(self.reasons) == 1 and None not in self.reasons:
-                self.seen += 1  # report once
-                why = next(iter(self.reasons))
+            reasons = set(self.first.values())
+            if len(self.first) == self.streak and not self.reported and len(reasons) == 1 and None not in reasons:
+                self.reported = True
+                why = next(iter(reasons))
                 raise RolloutAbort(
                     f"HERO-O stopped: the first {self.streak} rollouts all failed for the same reason: {why} "
                     f"(example {result.example_id}: {result.error or result.feedback}). Nothing can be learned from "
@@ -277,11 +287,13 @@ class Rollouts:
             if self.order_key is not None:  # grouped by shared prefix; the set of examples is unchanged
                 live.sort(key=lambda item: self.order_key(item[1]))
             program = self._program(key, instructions)
+            first = self.fail_fast.start(len(live)) if self.fail_fast is not None else 0
+            position = {ex_id: first + i for i, (ex_id, _) in enumerate(live)}
             for result in self._run_many(program, live, desc):
                 self._store(key, result, journal=True)
                 out[result.example_id] = result
                 if self.fail_fast is not None:
-                    self.fail_fast.observe(result, self.budget.spent, self.budget.total)
+                    self.fail_fast.observe(result, self.budget.spent, self.budget.total, position[result.example_id])
         return out
 
     def _charge_feedback(self, n: int) -> None:
