@@ -51,7 +51,7 @@ class Counting:
 def test_a_program_that_raises_on_every_call_stops_after_the_first_rollouts(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     metric = Counting(sql_execution_metric())
-    with pytest.raises(RolloutAbort, match=r"first 10 rollouts all failed for the same reason: RuntimeError"):
+    with pytest.raises(RolloutAbort, match=r"first 1\d rollouts( to finish)? all failed for the same reason: RuntimeError"):
         compile_(examples(tmp_path), metric=metric, student=Raises())
     assert metric.calls <= 2  # the pre-flight only: failed rollouts never reach the metric
     first = [r.getMessage() for r in caplog.records if "first failing rollout" in r.getMessage()]

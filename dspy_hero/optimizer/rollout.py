@@ -73,6 +73,8 @@ class FailFast:
         self.errors = 0
         self.started = 0
         self.first: dict[int, str | None] = {}  # start position -> failure reason (None: it passed)
+        self.finished = 0
+        self.reasons: set[str | None] = set()  # of every finished rollout
         self.reported = False
         self.first_error: str | None = None
         self._lock = threading.Lock()
@@ -94,20 +96,27 @@ class FailFast:
                                    result.error, result.traceback or "(no traceback)")
             if position < self.streak:
                 self.first[position] = kind or result.unscorable
+            self.finished += 1
+            self.reasons.add(kind or result.unscorable)
+            uniform = not self.reported and len(self.reasons) == 1 and None not in self.reasons
             if self.errors > self.max_errors:
+                if uniform:  # the streak's rollouts still in flight: the one reason is the better message
+                    self._same_reason(f"{self.finished} rollouts to finish", next(iter(self.reasons)), result, spent, total)
                 raise RolloutAbort(
                     f"HERO-O stopped: {self.errors} rollouts raised, more than max_errors={self.max_errors} "
                     f"(as dspy.Evaluate); the first: {self.first_error} (its traceback is logged). "
                     f"{spent} of {total} metric calls spent. Fix the program, the LM or the metric, or raise max_errors.")
             reasons = set(self.first.values())
             if len(self.first) == self.streak and not self.reported and len(reasons) == 1 and None not in reasons:
-                self.reported = True
-                why = next(iter(reasons))
-                raise RolloutAbort(
-                    f"HERO-O stopped: the first {self.streak} rollouts all failed for the same reason: {why} "
-                    f"(example {result.example_id}: {result.error or result.feedback}). Nothing can be learned from "
-                    f"that; {spent} of {total} metric calls spent. Check the program, its LM, the metric and the "
-                    f"examples' fields (max_errors={self.max_errors} sets how many such failures are tolerated).")
+                self._same_reason(f"{self.streak} rollouts", next(iter(reasons)), result, spent, total)
+
+    def _same_reason(self, which: str, why: str | None, result: RolloutResult, spent: int, total: int) -> None:
+        self.reported = True
+        raise RolloutAbort(
+            f"HERO-O stopped: the first {which} all failed for the same reason: {why} "
+            f"(example {result.example_id}: {result.error or result.feedback}). Nothing can be learned from "
+            f"that; {spent} of {total} metric calls spent. Check the program, its LM, the metric and the "
+            f"examples' fields (max_errors={self.max_errors} sets how many such failures are tolerated).")
 
 
 @dataclass
