@@ -242,9 +242,10 @@ def same_kind(category: str, group: list[Any]) -> list[Any]:
     return next(v for v in kinds.values() if len(v) == sizes[0])
 
 
-def failure_pattern(category: str, group: list[Any], total: int, case: Any, max_instances: int = 4) -> str:
+def failure_pattern(category: str, group: list[Any], total: int, case: Any, kind: list[Any],
+                    max_instances: int = 4) -> str:
     """The pattern the reflector is asked to write a rule for: the counted category in words and its
-    instances in several cases (the chosen case's first, then those of the group's recurring kind,
+    instances in several cases (the chosen case's first, then those of the group's recurring `kind`,
     `same_kind`, alone when there is one). Several instances, often from different databases, are what
     lets a small model see the general kind ("a deletion timestamp column") rather than one database's
     name for it."""
@@ -252,7 +253,6 @@ def failure_pattern(category: str, group: list[Any], total: int, case: Any, max_
     words = known[category].describe() if category in known else f"the program failed with {category}"
     text = f"{len(group)} of {total} failing case(s): {words}."
     instances: list[str] = []
-    kind = same_kind(category, group)
     for c in [case] + [g for g in (kind or group) if g is not case]:
         own = _instance(c, category)
         if own and own not in instances:
@@ -443,23 +443,23 @@ class CaseRuleProposer:
         category."""
         shown = set(ctx.shown_case_ids)
         failing = [c for c in ctx.cases if not c.passed and c.case_id in shown]
-        ordered = causes_first(category_groups(failing))
-        picks: list[tuple[Any, str, str, list[Any]]] = []
+        ordered = [(cat, group, same_kind(cat, group)) for cat, group in causes_first(category_groups(failing))]
+        picks: list[tuple[Any, str, str, list[Any], list[Any]]] = []
         used: set[str] = set()
         depth = 0
-        while len(picks) < ctx.num_candidates and any(depth < len(g) for _, g in ordered):
-            for cat, group in ordered:
+        while len(picks) < ctx.num_candidates and any(depth < len(g) for _, g, _ in ordered):
+            for cat, group, kind in ordered:
                 if len(picks) >= ctx.num_candidates:
                     break
-                pick = _purest(same_kind(cat, group), depth, used) or _purest(group, depth, used)
+                pick = _purest(kind, depth, used) or _purest(group, depth, used)  # the recurring kind first
                 if pick is not None:
                     used.add(pick.case_id)
-                    picks.append((pick, failure_pattern(cat, group, len(failing), pick), cat, group))
+                    picks.append((pick, failure_pattern(cat, group, len(failing), pick, kind), cat, group, kind))
             depth += 1
         out = []
-        for pick, pattern, cat, group in picks:
-            spare_case = _purest(same_kind(cat, group), 0, used) or _purest(group, 0, used)
-            spare = (spare_case, failure_pattern(cat, group, len(failing), spare_case)) if spare_case else None
+        for pick, pattern, cat, group, kind in picks:
+            spare_case = _purest(kind, 0, used) or _purest(group, 0, used)
+            spare = (spare_case, failure_pattern(cat, group, len(failing), spare_case, kind)) if spare_case else None
             out.append((pick, pattern, spare, cat))
         return out
 
