@@ -1,0 +1,62 @@
+"""benchmarks/target_table.py: issue 17's target (a) collected from compare.py results files.
+
+The files are compare.py's own results format, written here by hand: the script reads figures, it
+computes none, so what must hold is how runs are merged and how the target is judged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    if "target_table" in sys.modules:
+        return sys.modules["target_table"]
+    spec = importlib.util.spec_from_file_location("target_table", ROOT / "benchmarks" / "target_table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["target_table"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _delta(est, low, high, fixes=0, breaks=0):
+    return {"estimate": est, "low": low, "high": high, "n": 4, "level": 0.95, "fixes": fixes, "breaks": breaks}
+
+
+def _file(source, split, methods, seed_scores=(1, 0, 1, 0)):
+    ids = ["q0", "q1", "q2", "q3"]
+    done = {"status": "done", "outcomes": [{"example_id": i, "score": s} for i, s in zip(ids, seed_scores)]}
+    return {"source": source, "meta": {"task": "spider", "split_seed": split, "budget": 300, "test_ids": ids},
+            "methods": {"seed": done, **{m: {"status": "done"} for m in methods}},
+            "summary": {"vs_seed": dict(methods)}}
+
+
+def test_files_of_one_run_merge_and_the_target_is_judged_per_run_and_on_shared_runs():
+    t = _load()
+    runs = t.merge_runs([
+        _file("a.json", 3, {"hero_o": _delta(0.25, 0.0, 0.5, 1, 0)}),
+        _file("b.json", 3, {"gepa": _delta(0.5, 0.25, 0.75, 2, 0)}),  # a GEPA row added later to the same run
+        # an exact tie (HERO-O returned the seed) is not below it
+        _file("c.json", 1, {"hero_o": _delta(0.0, 0.0, 0.0), "mipro": _delta(-0.5, -0.75, -0.25, 0, 2)}),
+    ])
+    assert len(runs) == 2 and runs[0]["sources"] == ["a.json", "b.json"]
+    result = t.table(runs)
+    assert result["never_significantly_below_seed"] == {"hero_o": True, "gepa": True, "mipro": False}
+    shared = result["mean_delta_on_shared_runs"]
+    assert shared["hero_o_vs_gepa"] == {"runs": 1, "hero_o_mean": 0.25, "gepa_mean": 0.5, "hero_o_at_least": False}
+    # means only over the runs both took part in: HERO-O's +25 on split 3 does not count against MIPROv2
+    assert shared["hero_o_vs_mipro"] == {"runs": 1, "hero_o_mean": 0.0, "mipro_mean": -0.5, "hero_o_at_least": True}
+    text = t.markdown(result)
+    assert "mipro NO" in text and "+50.0 [+25.0, +75.0] 2/0" in text
+
+
+def test_files_whose_seed_rows_disagree_are_not_merged_silently():
+    t = _load()
+    with pytest.raises(ValueError, match="seed row differs"):
+        t.merge_runs([_file("a.json", 3, {}), _file("b.json", 3, {}, seed_scores=(1, 1, 1, 0))])
