@@ -15,8 +15,9 @@ from typing import Any
 import dspy
 
 from dspy_hero.execution.base import ENVIRONMENT, failed
-from dspy_hero.fields import PREDICTION_FIELDS
+from dspy_hero.fields import ENVIRONMENT_FIELDS, PREDICTION_FIELDS
 from dspy_hero.lm.adapter import program_adapter
+from dspy_hero.metrics.base import program_input_names
 from dspy_hero.text import extract_code
 
 _REVISE_NOTE = (
@@ -61,8 +62,16 @@ class ReActRefine(dspy.Module):
         self.calls = 0
         self._lock = threading.Lock()
 
+    def accepted_inputs(self) -> tuple[str, ...] | None:
+        """The generator's inputs plus the environment references (e.g. ``db_path``), which reach the
+        environment only: without them an evaluation that passes each program just what it accepts
+        (`program_input_names`) leaves the environment nothing to execute in."""
+        names = program_input_names(self.generator)
+        return None if names is None else tuple(dict.fromkeys([*names, *ENVIRONMENT_FIELDS]))
+
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        pred = self.generator(**inputs)
+        names = program_input_names(self.generator)
+        pred = self.generator(**{k: v for k, v in inputs.items() if names is None or k in names})
         program = getattr(pred, self.field, "") or ""
         env = self.environment_for(dspy.Example(**inputs).with_inputs(*inputs))
         wanted = set(self.revise.signature.input_fields) - {"previous_program", "observation"}
