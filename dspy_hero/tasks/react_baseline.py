@@ -58,6 +58,7 @@ class ReActRefine(dspy.Module):
         out_field = revise.output_fields[self.field]
         revise = revise.delete(self.field).append(self.field, out_field, type_=str)
         self.revise = dspy.Predict(revise.with_instructions(base.instructions + _REVISE_NOTE))
+        self._generator_inputs = program_input_names(generator)  # None: it accepts anything
         self.interactions = 0
         self.calls = 0
         self._lock = threading.Lock()
@@ -66,11 +67,11 @@ class ReActRefine(dspy.Module):
         """The generator's inputs plus the environment references (e.g. ``db_path``), which reach the
         environment only: without them an evaluation that passes each program just what it accepts
         (`program_input_names`) leaves the environment nothing to execute in."""
-        names = program_input_names(self.generator)
+        names = self._generator_inputs
         return None if names is None else tuple(dict.fromkeys([*names, *ENVIRONMENT_FIELDS]))
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        names = program_input_names(self.generator)
+        names = self._generator_inputs
         pred = self.generator(**{k: v for k, v in inputs.items() if names is None or k in names})
         program = getattr(pred, self.field, "") or ""
         env = self.environment_for(dspy.Example(**inputs).with_inputs(*inputs))
