@@ -5,8 +5,9 @@ below the seed (its paired interval's upper bound >= 0 in every run) and that it
 >= MIPROv2's. Each run was measured by `benchmarks/compare.py`, whose results JSON holds every method's
 paired bootstrap vs the seed (`summary.vs_seed`); this script only collects those figures, so a table
 in RESULTS.md can be re-derived from the committed files. Result files that share a run (same task,
-split, budget and evaluation questions; e.g. a GEPA row added later beside the HERO-O row) are merged,
-after checking that their seed rows agree question by question. Means are over the runs where both
+split, budget, evaluation questions and LMs; e.g. a GEPA row added later beside the HERO-O row) are
+merged, after checking that their seed rows agree question by question. A run with another task or
+reflection LM on the same questions (the teacher-student setting) is a run of its own. Means are over the runs where both
 methods ran, so a method is never compared on runs the other did not take part in.
 
     python benchmarks/target_table.py [RESULTS_JSON ...] [--json benchmarks/results/targets-a.json]
@@ -30,7 +31,16 @@ COMPARED = ("hero_o", "gepa", "mipro", "hero_o_t", "react")
 
 
 def run_key(meta: dict[str, Any]) -> tuple:
-    return meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"])
+    return (meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"]), lm_label(meta))
+
+
+def lm_label(meta: dict[str, Any]) -> str:
+    """'1.5b' when one model is task and reflection LM, 'task 0.5b / reflection 1.5b' otherwise."""
+    def short(name: str | None) -> str:
+        name = (name or "?").rsplit("/", 1)[-1]
+        return name.split("qwen2.5-coder-", 1)[-1].split("-instruct", 1)[0]
+    task, reflection = short(meta.get("task_lm")), short(meta.get("reflection_lm") or meta.get("task_lm"))
+    return task if task == reflection else f"task {task} / reflection {reflection}"
 
 
 def merge_runs(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -56,7 +66,7 @@ def table(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for run in runs:
         m = run["meta"]
-        rows.append({"task": m["task"], "split_seed": m.get("split_seed"), "budget": m["budget"],
+        rows.append({"task": m["task"], "lms": lm_label(m), "split_seed": m.get("split_seed"), "budget": m["budget"],
                      "questions": len(m["test_ids"]), "sources": run["sources"],
                      "delta": {k: run["delta"][k] for k in COMPARED if k in run["delta"]}})
     never_below = {k: all(r["delta"][k]["high"] >= 0 for r in rows if k in r["delta"])
@@ -79,10 +89,10 @@ def markdown(result: dict[str, Any]) -> str:
         return (f"{d['estimate'] * 100:+.1f} [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}] "
                 f"{d['fixes']}/{d['breaks']}")
 
-    head = "| task | split seed | calls | questions | " + " | ".join(COMPARED) + " |"
-    lines = [head, "|" + "---|" * (4 + len(COMPARED))]
+    head = "| task | LMs | split seed | calls | questions | " + " | ".join(COMPARED) + " |"
+    lines = [head, "|" + "---|" * (5 + len(COMPARED))]
     for r in result["rows"]:
-        lines.append(f"| {r['task']} | {r['split_seed']} | {r['budget']} | {r['questions']} | "
+        lines.append(f"| {r['task']} | {r['lms']} | {r['split_seed']} | {r['budget']} | {r['questions']} | "
                      + " | ".join(cell(r["delta"].get(k)) for k in COMPARED) + " |")
     lines.append("")
     lines.append("Upper bound >= 0 in every run: " + ", ".join(

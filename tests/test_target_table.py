@@ -29,10 +29,11 @@ def _delta(est, low, high, fixes=0, breaks=0):
     return {"estimate": est, "low": low, "high": high, "n": 4, "level": 0.95, "fixes": fixes, "breaks": breaks}
 
 
-def _file(source, split, methods, seed_scores=(1, 0, 1, 0)):
+def _file(source, split, methods, seed_scores=(1, 0, 1, 0), task_lm="local/qwen2.5-coder-1.5b-instruct-q4_k_m"):
     ids = ["q0", "q1", "q2", "q3"]
     done = {"status": "done", "outcomes": [{"example_id": i, "score": s} for i, s in zip(ids, seed_scores)]}
-    return {"source": source, "meta": {"task": "spider", "split_seed": split, "budget": 300, "test_ids": ids},
+    lms = {"task_lm": task_lm, "reflection_lm": "local/qwen2.5-coder-1.5b-instruct-q4_k_m"}
+    return {"source": source, "meta": {"task": "spider", "split_seed": split, "budget": 300, "test_ids": ids, **lms},
             "methods": {"seed": done, **{m: {"status": "done"} for m in methods}},
             "summary": {"vs_seed": dict(methods)}}
 
@@ -60,3 +61,15 @@ def test_files_whose_seed_rows_disagree_are_not_merged_silently():
     t = _load()
     with pytest.raises(ValueError, match="seed row differs"):
         t.merge_runs([_file("a.json", 3, {}), _file("b.json", 3, {}, seed_scores=(1, 1, 1, 0))])
+
+
+def test_a_run_with_another_task_lm_on_the_same_questions_is_its_own_run():
+    t = _load()
+    student = "local/qwen2.5-coder-0.5b-instruct-q4_k_m"
+    runs = t.merge_runs([_file("a.json", 3, {"hero_o": _delta(0.0, 0.0, 0.0)}),
+                         _file("ts.json", 3, {"hero_o": _delta(-0.25, -0.5, 0.0)}, seed_scores=(0, 0, 1, 0),
+                               task_lm=student)])
+    assert [r["sources"] for r in runs] == [["a.json"], ["ts.json"]]
+    rows = t.table(runs)["rows"]
+    assert [r["lms"] for r in rows] == ["1.5b", "task 0.5b / reflection 1.5b"]
+    assert "| spider | task 0.5b / reflection 1.5b | 3 | 300 | 4 |" in t.markdown(t.table(runs))
