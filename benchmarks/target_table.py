@@ -7,8 +7,8 @@ paired bootstrap vs the seed (`summary.vs_seed`); this script only collects thos
 in RESULTS.md can be re-derived from the committed files. Result files that share a run (same task,
 split, budget, evaluation questions and LMs; e.g. a GEPA row added later beside the HERO-O row) are
 merged, after checking that their seed rows agree question by question. A run with another task or
-reflection LM on the same questions (the teacher-student setting) is a run of its own. Means are over the runs where both
-methods ran, so a method is never compared on runs the other did not take part in.
+reflection LM on the same questions (the teacher-student setting) is a run of its own. Means are over
+the runs where both methods ran, so a method is never compared on runs the other did not take part in.
 
     python benchmarks/target_table.py [RESULTS_JSON ...] [--json benchmarks/results/targets-a.json]
 """
@@ -26,7 +26,8 @@ RESULTS = Path(__file__).parent / "results"
 DEFAULT_RUNS = ("spider-det-qwen1.5b.json", "spider-hero-o-t-qwen1.5b.json", "spider-split1-qwen1.5b.json",
                 "spider-split2-hero-o-qwen1.5b.json", "spider-split3-qwen1.5b.json",
                 "spider-split3-gepa-qwen1.5b.json", "spider-split3-hero-o-t-qwen1.5b.json",
-                "spider-split3-mipro-qwen1.5b.json", "spider-split3-ts-qwen0.5b-1.5b.json", "bcb-stdlib-qwen1.5b.json")
+                "spider-split3-mipro-qwen1.5b.json", "spider-split3-ts-qwen0.5b-1.5b.json",
+                "bcb-stdlib-qwen1.5b.json")
 COMPARED = ("hero_o", "gepa", "mipro", "hero_o_t", "react")
 
 
@@ -66,7 +67,8 @@ def table(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for run in runs:
         m = run["meta"]
-        rows.append({"task": m["task"], "lms": lm_label(m), "split_seed": m.get("split_seed"), "budget": m["budget"],
+        rows.append({"task": m["task"], "lms": lm_label(m), "split_seed": m.get("split_seed"),
+                     "budget": m["budget"],
                      "questions": len(m["test_ids"]), "sources": run["sources"],
                      "delta": {k: run["delta"][k] for k in COMPARED if k in run["delta"]}})
     never_below = {k: all(r["delta"][k]["high"] >= 0 for r in rows if k in r["delta"])
