@@ -32,7 +32,9 @@ COMPARED = ("hero_o", "gepa", "mipro", "hero_o_t", "react")
 
 
 def run_key(meta: dict[str, Any]) -> tuple:
-    return (meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"]), lm_label(meta))
+    # the LMs' full names, as compare.py's resume check reads them; `lm_label` only shortens them for display
+    lms = meta.get("task_lm"), meta.get("reflection_lm") or meta.get("task_lm")
+    return (meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"]), lms)
 
 
 def lm_label(meta: dict[str, Any]) -> str:
