@@ -86,3 +86,37 @@ def test_no_other_module_defines_a_usage_meter():
             ):
                 meters.append(f"{path.relative_to(ROOT).as_posix()}:{node.name}")
     assert meters == ["dspy_hero/lm/usage.py:UsageMeter"]
+
+
+def test_calls_through_copies_count_into_the_tracked_lm():
+    """DSPy calls LMs through `lm.copy(...)` (fresh history); those calls are the tracked LM's too."""
+    lm = track_usage(scripted_lm(lambda req: {"answer": "x"}))
+    predict = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm):
+        predict(question="a")
+    hot = lm.copy(temperature=1.0, rollout_id=3)
+    with dspy.context(lm=hot):
+        predict(question="b")
+    hotter = hot.copy(rollout_id=4)  # a copy of a copy keeps the first copy's settings
+    with dspy.context(lm=hotter):
+        predict(question="c")
+    assert hotter.kwargs["temperature"] == 1.0 and hotter.kwargs["rollout_id"] == 4
+    assert lm.kwargs.get("rollout_id") is None and len(lm.history) == 1
+    assert usage_of(lm).calls == 3 and usage_of(lm).input_tokens > 0
+
+
+def test_miprov2_instruction_proposals_are_counted_on_its_prompt_model():
+    """MIPROv2 proposes each instruction through a copy of its prompt model: the proposal call must
+    appear in the prompt model's usage (before the fix the counts held only its summary calls)."""
+    from dspy.propose.grounded_proposer import GroundedProposer
+
+    prompt_model = track_usage(scripted_lm(lambda req: {"proposed_instruction": "Answer briefly."}))
+    program = dspy.Predict("question -> answer")
+    trainset = [dspy.Example(question="q", answer="a").with_inputs("question")]
+    proposer = GroundedProposer(prompt_model, program, trainset, use_dataset_summary=False,
+                                program_aware=False, use_task_demos=False, use_instruct_history=False,
+                                use_tip=False, set_tip_randomly=False, set_history_randomly=False)
+    before = usage_of(prompt_model)
+    instruction = proposer.propose_instruction_for_predictor(program, program, 0, None, 0, [])
+    assert instruction == "Answer briefly."
+    assert (usage_of(prompt_model) - before).calls == 1

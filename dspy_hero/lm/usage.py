@@ -8,6 +8,11 @@ whole-life totals (`track_usage`), an evaluation's and a benchmark phase's delta
 DSPy keeps each LM's calls in `lm.history` but caps that list (10,000 entries by default), so
 counting it under-reports long optimizations and evaluations. `track_usage(lm)` swaps in a list whose
 meter counts every entry ever appended; `usage_of(lm)` reads it.
+
+DSPy also calls LMs through copies: ``lm.copy(rollout_id=..., temperature=...)`` returns an LM with a
+fresh, empty history. MIPROv2 proposes every instruction through such a copy of its prompt model, so
+counting only the original's history missed those calls and left their tokens out of the reflection
+totals. A tracked LM's copies therefore count into the same meter (`track_usage`).
 """
 
 from __future__ import annotations
@@ -99,9 +104,9 @@ class CountingHistory(list):
     counting the list undercounts long runs; the meter never shrinks.
     """
 
-    def __init__(self, entries: Any = ()):
+    def __init__(self, entries: Any = (), meter: UsageMeter | None = None):
         super().__init__(entries)
-        self.meter = UsageMeter()
+        self.meter = meter or UsageMeter()
         for entry in self:
             self._count(entry)
 
@@ -118,18 +123,39 @@ class CountingHistory(list):
 
 
 def track_usage(lm: Any) -> Any:
-    """Give `lm` a `CountingHistory` (idempotent); returns the LM."""
+    """Give `lm` a `CountingHistory` (idempotent), and make its copies count into the same meter, so
+    `usage_of(lm)` includes the calls DSPy makes through ``lm.copy(...)``; returns the LM."""
     if lm is not None and not isinstance(getattr(lm, "history", None), CountingHistory):
         lm.history = CountingHistory(getattr(lm, "history", None) or [])
+        _count_copies(lm, lm.history.meter)
     return lm
+
+
+def _count_copies(lm: Any, meter: UsageMeter) -> None:
+    """Shadow `lm.copy` so that each copy (and each copy of a copy) gets a history counted by `meter`.
+
+    The shadow is an instance attribute: DSPy's shallow copy carries it over, so every new copy gets
+    its own in turn, bound to itself (else a copy's copy would copy the original and lose its kwargs).
+    """
+    plain_copy = type(lm).copy
+    if not callable(plain_copy):
+        return
+
+    def copy(**kwargs: Any) -> Any:
+        new = plain_copy(lm, **kwargs)
+        new.history = CountingHistory(getattr(new, "history", None) or [], meter=meter)
+        _count_copies(new, meter)
+        return new
+
+    lm.copy = copy
 
 
 def usage_of(lm: Any) -> Usage:
     """Total calls and tokens the LM recorded (exact with `track_usage`, else what its history still holds)."""
-    history = getattr(lm, "history", None) or []
-    if isinstance(history, CountingHistory):
+    history = getattr(lm, "history", None)
+    if isinstance(history, CountingHistory):  # even when empty: its copies may have counted
         return history.total
     meter = UsageMeter()
-    for entry in list(history):
+    for entry in list(history or []):
         meter.add_usage(None, entry.get("usage") if isinstance(entry, dict) else None)
     return meter.total
