@@ -15,6 +15,10 @@ recorded before and after each run.
     python benchmarks/throughput.py --plan slots       # 1 vs 2 slots with 2 DSPy threads (default mode)
     python benchmarks/throughput.py --plan small       # 0.5B Spider and built-in SQL
     python benchmarks/throughput.py --plan bcb         # BigCodeBench seed
+    python benchmarks/throughput.py --plan demo        # the demo's seed stage (20 held-out questions)
+
+The demo plan also records the server's prompt rate: a rollout costs its uncached prompt tokens at that
+rate plus its generated tokens at the generation rate, and on a 2-core CPU the first can be the larger.
 
 Each run's row is merged into benchmarks/results/throughput.json as soon as it finishes.
 """
@@ -160,6 +164,8 @@ def measure(cfg: Config, tasks: dict[str, Any]) -> dict[str, Any]:
         gen_tokens = m1.get("tokens_predicted_total", 0) - m0.get("tokens_predicted_total", 0)
         gen_s = m1.get("tokens_predicted_seconds_total", 0) - m0.get("tokens_predicted_seconds_total", 0)
     gen_tps = gen_tokens / gen_s if gen_s else float("nan")
+    prompt_tokens = m1.get("prompt_tokens_total", 0) - m0.get("prompt_tokens_total", 0)
+    prompt_s = m1.get("prompt_seconds_total", 0) - m0.get("prompt_seconds_total", 0)
     per_rollout_tokens = gen_tokens / max(1, len(examples))
     row = {
         "config": asdict(cfg), "label": cfg.label, "rollouts": len(examples),
@@ -168,7 +174,9 @@ def measure(cfg: Config, tasks: dict[str, Any]) -> dict[str, Any]:
         "server_startup_s": round(startup_s, 1), "model_threads": server.threads,
         "generated_tokens_per_rollout": round(per_rollout_tokens, 1), "generation_tok_per_s": round(gen_tps, 2),
         "floor_s_per_rollout": round(per_rollout_tokens / gen_tps, 2) if gen_s else None,
-        "prompt_tokens_computed": int(m1.get("prompt_tokens_total", 0) - m0.get("prompt_tokens_total", 0)),
+        "prompt_tokens_computed": int(prompt_tokens),
+        # the server's own prompt counters (default mode only: the pinned engine computes prompts itself)
+        "prompt_tok_per_s": round(prompt_tokens / prompt_s, 2) if engine is None and prompt_s else None,
         "pass_at_1": round(report.pass_at_1, 4), "correct": sum(o.score >= 1.0 for o in report.outcomes),
         "errors": sum(o.error is not None for o in report.outcomes),
         "programs": {ex.get("example_id", str(i)): o.program for i, (ex, o) in enumerate(zip(examples, report.outcomes))},
@@ -188,9 +196,11 @@ def plans(reps: int) -> dict[str, list[Config]]:
         replace(spider, task="builtin-sql", per_db=4, mode=m) for m in ("default", "deterministic")]
     bcb = [Config(task="bigcodebench", size=s, mode="deterministic", per_db=3, max_tokens=768) for s in ("1.5b", "0.5b")]
     scratch = [replace(spider, mode=m) for m in ("deterministic", "from-scratch")]
+    demo = [Config(task="builtin-conventions-demo", per_db=20)]  # the demo's seed stage, as `hero demo` serves it
     interleave = lambda configs: [c for _ in range(reps) for c in configs]
     return {"layout": interleave(layout), "threads": interleave(threads), "slots": interleave(slots),
-            "small": small, "bcb": bcb, "scratch": interleave(scratch)}
+            "small": small, "bcb": bcb, "scratch": interleave(scratch),
+            "demo": interleave(demo)}
 
 
 def save(out: Path, plan: str, row: dict[str, Any]) -> None:
@@ -212,11 +222,12 @@ def print_summary(out: Path) -> None:
             labels.setdefault(row["label"], []).append(row)
         for label, runs in labels.items():
             def fmt(key: str, sub: str = "median_s", runs=runs) -> str:
-                return "/".join(str(r[key].get(sub)) if isinstance(r[key], dict) else str(r[key]) for r in runs)
+                return "/".join(str(r[key].get(sub)) if isinstance(r.get(key), dict) else str(r.get(key)) for r in runs)
 
             loads = "/".join(f"{r['load_avg_before'][0]:.1f}" for r in runs)
             print(f"  {label:72s} median {fmt('all')} p90 {fmt('all', 'p90_s')} warm {fmt('warm')} s; "
                   f"{fmt('rollouts_per_min')} per min; floor {fmt('floor_s_per_rollout')} s; "
+                  f"prompt {fmt('prompt_tok_per_s')} / generated {fmt('generation_tok_per_s')} tok/s; "
                   f"correct {fmt('correct')} of {runs[0]['rollouts']}; load {loads}")
 
 
