@@ -106,7 +106,7 @@ class CountingHistory(list):
 
     def __init__(self, entries: Any = (), meter: UsageMeter | None = None):
         super().__init__(entries)
-        self.meter = meter or UsageMeter()
+        self.meter = meter if meter is not None else UsageMeter()
         for entry in self:
             self._count(entry)
 
@@ -137,8 +137,8 @@ def _count_copies(lm: Any, meter: UsageMeter) -> None:
     The shadow is an instance attribute: DSPy's shallow copy carries it over, so every new copy gets
     its own in turn, bound to itself (else a copy's copy would copy the original and lose its kwargs).
     """
-    plain_copy = type(lm).copy
-    if not callable(plain_copy):
+    plain_copy = getattr(type(lm), "copy", None)
+    if plain_copy is None:  # an LM-like object DSPy cannot copy: nothing to follow
         return
 
     def copy(**kwargs: Any) -> Any:
