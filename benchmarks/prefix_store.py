@@ -24,7 +24,7 @@ from pathlib import Path
 import dspy
 
 from dspy_hero.lm.local import close_local_servers, engine_of, local_lm
-from dspy_hero.optimizer.instructions import build_variant
+from dspy_hero.optimizer.instructions import build_variant, render_instructions
 from dspy_hero.tasks.builtin.conventions_tasks import conventions_demo_task
 
 RULE = ("When a table has a column that flags deleted or archived rows (such as deleted_at or archived_at), "
@@ -42,7 +42,7 @@ def main() -> None:
     examples = list(task.train[: args.questions])
     seed = task.make_program()
     name, predictor = seed.named_predictors()[0]
-    ruled = build_variant(seed, {name: f"{predictor.signature.instructions}\n\nRules learned from execution evidence:\n- {RULE}"})
+    ruled = build_variant(seed, {name: render_instructions(predictor.signature.instructions, [RULE])})
     field = getattr(task.metric, "prediction_field", None) or seed.output_field
     rows, programs = [], {}
     for store_mib in (0, 2048):

@@ -20,7 +20,7 @@ import dspy
 from dspy_hero.lm.adapter import InstructionPlacement, ProgramAdapter
 from dspy_hero.lm.local import local_lm
 from dspy_hero.metrics.base import score_of
-from dspy_hero.optimizer.instructions import build_variant
+from dspy_hero.optimizer.instructions import build_variant, render_instructions
 from dspy_hero.tasks.builtin.conventions_tasks import conventions_demo_task
 
 # Rules as a 1.5B reflector wrote them (soft deletion: the demo's own candidate) or as a person would.
@@ -32,7 +32,6 @@ RULES = {
     "date_format": "Dates are stored as text in the format the example rows show, not as ISO dates. Filter on a "
                    "year or month with LIKE or substr on that format.",
 }
-RULES_HEADER = "Rules learned from execution evidence:"  # how HERO-O appends its rules
 
 
 def correct(program: dspy.Module, examples, metric, placement: InstructionPlacement) -> list[bool]:
@@ -58,7 +57,7 @@ def main() -> None:
         for kind in args.kinds:
             examples = sorted((ex for ex in task.train if tuple(ex.conventions) == (kind,)),
                               key=lambda ex: str(ex.db_id))[: args.questions]
-            ruled = build_variant(seed, {name: f"{predictor.signature.instructions}\n\n{RULES_HEADER}\n- {RULES[kind]}"})
+            ruled = build_variant(seed, {name: render_instructions(predictor.signature.instructions, [RULES[kind]])})
             for placement in map(InstructionPlacement, args.placements):
                 before = correct(seed, examples, task.metric, placement)
                 after = correct(ruled, examples, task.metric, placement)

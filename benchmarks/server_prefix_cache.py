@@ -26,7 +26,7 @@ import dspy
 from dspy_hero.lm.model_pack import resolve_model
 from dspy_hero.lm.scripted import scripted_lm
 from dspy_hero.lm.server import LocalServer, ServerConfig
-from dspy_hero.optimizer.instructions import build_variant
+from dspy_hero.optimizer.instructions import build_variant, render_instructions
 from dspy_hero.tasks.builtin.conventions_tasks import conventions_demo_task
 
 RULE = ("When a table has a column that flags deleted or archived rows (such as deleted_at or archived_at), "
@@ -104,7 +104,7 @@ def main() -> None:
     task = conventions_demo_task()
     seed = task.make_program()
     name, predictor = seed.named_predictors()[0]
-    ruled = build_variant(seed, {name: f"{predictor.signature.instructions}\n\nRules learned from execution evidence:\n- {RULE}"})
+    ruled = build_variant(seed, {name: render_instructions(predictor.signature.instructions, [RULE])})
     programs = {"current": seed, "candidate": ruled}
     prompts = [(label, str(ex.db_id), messages_for(programs[label], ex)) for label, ex in pattern(task, args.questions, args.chunk)]
     minimum = len({(label, db) for label, db, _ in prompts})
