@@ -70,6 +70,7 @@ def run_setting(model_path: str, name: str, prompts: list[tuple[str, str, list[d
         return original(params)
 
     xllamacpp.Server = server_with
+    load_before = os.getloadavg()[0]  # before this setting's server starts: other jobs only
     try:
         server = LocalServer(model_path, config=replace(ServerConfig(), **fields))
     finally:
@@ -90,7 +91,7 @@ def run_setting(model_path: str, name: str, prompts: list[tuple[str, str, list[d
     cold = sum(r["cache_n"] < warm_floor for r in rows)
     return {"setting": name, "server": fields, "llama_params": extra, "requests": len(rows), "cold": cold,
             "prompt_tokens_computed": sum(r["prompt_n"] for r in rows), "wall_s": round(wall, 1),
-            "load_before": round(os.getloadavg()[0], 2), "rows": rows}
+            "load_before": round(load_before, 2), "rows": rows}
 
 
 def main() -> None:
