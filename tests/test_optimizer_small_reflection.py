@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import dspy
+import pytest
 from optimizer_toy import COUNT_RULE, LIMIT_RULE, SUM_RULE, feedback_metric, make_examples, program, task_lm
 
 from dspy_hero.lm.scripted import engine_of, scripted_lm
@@ -248,10 +249,8 @@ def test_fallback_runs_when_the_primary_repeats_an_already_rejected_edit():
 
 
 def test_proposal_style_decides_which_prompt_runs_first():
-    """AUTO puts the per-pattern prompt first only for the embedded local model (a scripted LM is not
+    """AUTO asks the per-pattern prompt alone only for the embedded local model (a scripted LM is not
     one); the forced styles are honoured; an unknown style is refused when the settings are made."""
-    import pytest
-
     from dspy_hero.optimizer.reflection import RuleProposer
     from dspy_hero.optimizer.run import default_proposer
     from dspy_hero.optimizer.settings import HeroSettings, ProposalStyle
@@ -261,6 +260,12 @@ def test_proposal_style_decides_which_prompt_runs_first():
     assert isinstance(default_proposer(None, ProposalStyle.PER_PATTERN, rl).primary, CaseRuleProposer)
     assert isinstance(default_proposer(None, ProposalStyle.PER_PATTERN, rl).fallback, RuleProposer)
     assert isinstance(default_proposer(None, ProposalStyle.EVIDENCE_WIDE, rl).primary, RuleProposer)
+    assert type(default_proposer(None, ProposalStyle.PER_PATTERN_ONLY, rl)) is CaseRuleProposer
+    # AUTO for the embedded model: per-pattern with no fallback; every forced style stays as given
+    assert ProposalStyle.AUTO.for_reflector(local=True) is ProposalStyle.PER_PATTERN_ONLY
+    assert ProposalStyle.AUTO.for_reflector(local=False) is ProposalStyle.EVIDENCE_WIDE
+    assert all(s.for_reflector(local=flag) is s for s in ProposalStyle if s is not ProposalStyle.AUTO
+               for flag in (True, False))
     assert HeroSettings(proposal_style="per_pattern").proposal_style is ProposalStyle.PER_PATTERN
     with pytest.raises(ValueError, match="proposal_style must be one of"):
         HeroSettings(proposal_style="sometimes")
@@ -282,3 +287,23 @@ def test_per_pattern_style_reaches_the_run():
     with dspy.context(lm=task_lm()):
         opt.compile(program(), trainset=examples)
     assert seen and seen[0] == "rule"
+
+
+@pytest.mark.parametrize("style", ["per_pattern", "per_pattern_only"])
+def test_per_pattern_only_never_falls_back_to_the_evidence_wide_prompt(style):
+    """A reflector whose per-pattern answers are all unusable (SQL, not a rule): "per_pattern" then
+    asks the evidence-wide prompt, "per_pattern_only" asks only the per-pattern question, and both
+    adopt nothing."""
+    examples = make_examples(40)
+    seen: list[str] = []
+
+    def reflect(req):
+        seen.append("rule" if req.output_fields == ("rule",) else "evidence-wide")
+        return {"rule": "SELECT SUM(x) FROM t"} if req.output_fields == ("rule",) else {"edits": "", "revise": "", "preserve": ""}
+
+    opt = HeroOptimizer(metric=feedback_metric, reflection_lm=scripted_lm(reflect), max_metric_calls=60, num_rounds=1,
+                        num_candidates=1, proposal_style=style, display_progress=False)
+    with dspy.context(lm=task_lm()):
+        out = opt.compile(program(), trainset=examples)
+    assert "rule" in seen and out.detailed_results.adopted_fixes == 0
+    assert ("evidence-wide" in seen) is (style == "per_pattern")

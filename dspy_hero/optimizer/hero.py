@@ -103,8 +103,9 @@ class HeroOptimizer(Teleprompter):
     LM's context window, so a 128K model sees 32 + 32 cases); ``training_references`` (False: the evidence
     holds label-free facts only; True adds each TRAINING case's reference program and its structural
     diff, never used at test time); ``proposal_style`` ("auto": one short reflection call per counted
-    failure pattern for the embedded local model, the evidence-wide prompt otherwise; "per_pattern" /
-    "evidence_wide" force one, the other being the fallback; see settings.ProposalStyle);
+    failure pattern, with no fallback, for the embedded local model, the evidence-wide prompt otherwise;
+    "per_pattern" / "evidence_wide" force one, the other being the fallback; "per_pattern_only" the
+    per-pattern prompt alone; see settings.ProposalStyle);
     ``reflection_temperature``
     (default 1.0, as GEPA users run the reflector) and ``max_proposal_calls`` (default K: reflection
     calls per round, over different evidence slices, until K distinct new candidates exist);

@@ -47,7 +47,7 @@ from dspy_hero.optimizer.evidence import DefaultEvidenceRenderer
 from dspy_hero.optimizer.guard import MemorizationGuard
 from dspy_hero.optimizer.instructions import PromptState, build_variant, instructions_key, parse_instructions
 from dspy_hero.optimizer.pools import DefaultPoolSplitter
-from dspy_hero.optimizer.reflection import Proposal, ReflectionContext, RuleProposer
+from dspy_hero.optimizer.reflection import Proposal, Proposer, ReflectionContext, RuleProposer
 from dspy_hero.optimizer.reflection_cases import CaseRuleProposer, FallbackProposer
 from dspy_hero.optimizer.result import CandidateStatus, HeroResult, RoundRecord, lineage_row
 from dspy_hero.optimizer.rollout import (
@@ -69,12 +69,13 @@ logger = logging.getLogger("dspy_hero.optimizer")
 
 
 def default_proposer(guard: Any = None, style: ProposalStyle = ProposalStyle.EVIDENCE_WIDE,
-                     reflection_lm: Any = None) -> FallbackProposer:
-    """Evidence-wide rule edits and per-pattern rules (reflection_cases.py), one as the fallback of the
-    other when it yields no usable edit; which runs first is `style` (AUTO: per-pattern first for the
-    embedded local model, see `ProposalStyle`)."""
-    if style is ProposalStyle.AUTO:
-        style = ProposalStyle.PER_PATTERN if server_of(reflection_lm) is not None else ProposalStyle.EVIDENCE_WIDE
+                     reflection_lm: Any = None) -> Proposer:
+    """Evidence-wide rule edits and per-pattern rules (reflection_cases.py): one alone, or one as the
+    fallback of the other when it yields no usable edit; which is `style` (AUTO: per-pattern alone for
+    the embedded local model, see `ProposalStyle`)."""
+    style = style.for_reflector(local=server_of(reflection_lm) is not None)
+    if style is ProposalStyle.PER_PATTERN_ONLY:
+        return CaseRuleProposer()
     if style is ProposalStyle.PER_PATTERN:
         return FallbackProposer(CaseRuleProposer(), RuleProposer(), guard=guard)
     return FallbackProposer(RuleProposer(), CaseRuleProposer(), guard=guard)

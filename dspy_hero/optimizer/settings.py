@@ -22,17 +22,33 @@ SEARCH_LEVELS: dict[str, tuple[int, int, int]] = {
 
 
 class ProposalStyle(str, Enum):
-    """Which reflection prompt runs first (the other is the fallback when it yields no usable rule).
+    """Which reflection prompt a round asks, and whether the other one is its fallback when the first
+    yields no usable rule.
 
-    EVIDENCE_WIDE: the whole evidence, a diagnosis then rule edits (two long calls; strong models).
+    EVIDENCE_WIDE: the whole evidence, a diagnosis then rule edits (two long calls; strong models),
+    per-pattern as the fallback.
     PER_PATTERN: one short call per counted failure pattern, shown its instances (small models: on the
-    conventions task the 1.5B model spent 243 s on the evidence-wide calls and returned SQL fragments).
-    AUTO: PER_PATTERN when the reflection LM is the embedded local model, else EVIDENCE_WIDE.
+    conventions task the 1.5B model spent 243 s on the evidence-wide calls and returned SQL fragments),
+    evidence-wide as the fallback.
+    PER_PATTERN_ONLY: per-pattern, no fallback. Why: with the 1.5B reflector the fallback's long calls
+    (diagnoses cut at the output cap, SQL in place of rules) made 97 of the 274 reflection calls of
+    three runs and wrote 1 of their 20 tested candidates, none adopted; replayed without it, both
+    Spider runs make the same decisions with 22 instead of 51 and 47 instead of 75 calls
+    (benchmarks/RESULTS.md, session 19). A round whose per-pattern rules are all known then spends
+    nothing and the next round asks again.
+    AUTO: PER_PATTERN_ONLY when the reflection LM is the embedded local model, else EVIDENCE_WIDE.
     """
 
     AUTO = "auto"
     EVIDENCE_WIDE = "evidence_wide"
     PER_PATTERN = "per_pattern"
+    PER_PATTERN_ONLY = "per_pattern_only"
+
+    def for_reflector(self, local: bool) -> ProposalStyle:
+        """The style a run uses: AUTO resolved for a reflection LM that is (or is not) the embedded model."""
+        if self is not ProposalStyle.AUTO:
+            return self
+        return ProposalStyle.PER_PATTERN_ONLY if local else ProposalStyle.EVIDENCE_WIDE
 
 
 VOLATILE = ("log_dir", "num_threads", "display_progress", "use_mlflow", "max_errors", "verbose")  # never change a decision
