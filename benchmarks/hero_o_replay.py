@@ -9,6 +9,14 @@ live run would have to pay), so a run killed at a deadline, or one still running
 Nothing in `<out>` is changed; no model is started.
 
     python benchmarks/hero_o_replay.py --replay-out rounds.json <the compare.py arguments of the run>
+
+``--proposal-style STYLE`` replays the run as if it had used another `ProposalStyle`: the journal's
+whole-proposal records (the run's own style's proposals) are not read, each reflection-LM call is
+answered from the record of the same request (under whichever proposal it was recorded: the run's
+server is deterministic), and the run's fingerprint is checked with its recorded style, so every
+other setting must match. A replay that completes asked nothing the run did not ask, and its rounds
+are exactly what a live run in that style would have done; one that stops names the first call it
+would have paid for.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,7 @@ from dspy_hero.files import write_json_atomic
 from dspy_hero.optimizer import hero as hero_module
 from dspy_hero.optimizer import run as run_module
 from dspy_hero.optimizer.checkpoint import Journal
+from dspy_hero.optimizer.settings import ProposalStyle
 
 _spec = importlib.util.spec_from_file_location("hero_benchmarks_compare", Path(__file__).with_name("compare.py"))
 compare = sys.modules.get("hero_benchmarks_compare") or importlib.util.module_from_spec(_spec)
@@ -71,17 +80,66 @@ class ReplayOnlyJournal(Journal):
         raise JournalEnd(f"reflection {key} would be paid")
 
 
+class RestyledJournal(ReplayOnlyJournal):
+    """`ReplayOnlyJournal` for a replay in another proposal style: whole-proposal records hold the
+    recorded style's proposals, so they are neither read nor written; the LM calls inside a proposal
+    are answered from their records, and one missing ends the replay."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.by_request: dict[str, list[dict[str, Any]]] = {}
+        for key, output in self.reflections.items():
+            if key.count(":") == 3:
+                self.by_request.setdefault(key.rsplit(":", 1)[1], []).append(output)
+        self.answered_from_other_proposal = 0
+
+    def replay_reflection(self, key: str) -> dict[str, Any] | None:
+        if key.count(":") == 2:  # "r<round>:<predictor>:<hash>": a whole proposal
+            return None
+        rec = self.reflections.get(key)
+        if rec is None:
+            # The proposal's key hashes its context, which in another style can hold other rejected
+            # candidates; the call's own hash covers its whole request, so the same request recorded
+            # under another proposal is this call (the server is deterministic). Outputs that differ
+            # would make the answer a guess: that ends the replay.
+            same = self.by_request.get(key.rsplit(":", 1)[1], [])
+            if not same:
+                raise JournalEnd(f"reflection LM call {key}")
+            if any(o["outputs"] != same[0]["outputs"] for o in same):
+                raise JournalEnd(f"reflection LM call {key}: recorded with different outputs")
+            self.answered_from_other_proposal += 1
+            rec = same[0]
+        return rec
+
+    def record_reflection(self, key: str, output: dict[str, Any]) -> None:
+        if key.count(":") == 2:  # this style's proposal, built from recorded calls: nothing is paid
+            return
+        super().record_reflection(key, output)
+
+
 @contextlib.contextmanager
-def replay_only(runs: list[Any]) -> Iterator[None]:
-    """Within: HERO-O runs use ReplayOnlyJournal and are appended to `runs` (to read their state)."""
+def replay_only(runs: list[Any], recorded_style: ProposalStyle | None = None) -> Iterator[None]:
+    """Within: HERO-O runs use ReplayOnlyJournal and are appended to `runs` (to read their state).
+    With `recorded_style`, a run may use another proposal style than the one it was recorded with:
+    its fingerprint is computed with `recorded_style` and it reads the journal as `RestyledJournal`."""
 
     class CapturedRun(hero_module.HeroRun):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             runs.append(self)
 
+        def _fingerprint(self) -> str:
+            if recorded_style is None:
+                return super()._fingerprint()
+            used, self.s = self.s, replace(self.s, proposal_style=recorded_style)
+            try:
+                return super()._fingerprint()
+            finally:
+                self.s = used
+
     saved = run_module.Journal, hero_module.HeroRun
-    run_module.Journal, hero_module.HeroRun = ReplayOnlyJournal, CapturedRun
+    run_module.Journal = ReplayOnlyJournal if recorded_style is None else RestyledJournal
+    hero_module.HeroRun = CapturedRun
     try:
         yield
     finally:
@@ -106,8 +164,9 @@ def offline_lms(config: Any, meta: dict[str, Any], examples: Sequence[dspy.Examp
     return track_usage(task_lm), track_usage(refl_lm)
 
 
-def replay(config: Any) -> dict[str, Any]:
-    """The completed rounds of the HERO-O run in `config.out` (see the module docstring)."""
+def replay(config: Any, proposal_style: str | None = None) -> dict[str, Any]:
+    """The completed rounds of the HERO-O run in `config.out`, in its own proposal style or in
+    `proposal_style` (see the module docstring)."""
     out = Path(config.out)
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     source = out / "logs" / "hero_o"
@@ -127,9 +186,15 @@ def replay(config: Any) -> dict[str, Any]:
             if [e.example_id for e in train] != meta["train_ids"] or [e.example_id for e in val] != meta["val_ids"]:
                 raise ValueError(f"these arguments give other pools than the run in {out}; pass its compare.py arguments")
             task_lm, refl_lm = offline_lms(config, meta, [*train, *val])
+            args = compare.hero_o_args(config)
+            recorded = None
+            if proposal_style is not None:
+                recorded = ProposalStyle(args.get("proposal_style", ProposalStyle.AUTO))
+                args = {**args, "proposal_style": ProposalStyle(proposal_style).value}
             ctx = RunContext(task=task, train=train, val=val, test=[], task_lm=task_lm, reflection_lm=refl_lm,
-                             budget=int(meta["budget"]), threads=config.threads, seed=config.seed, out_dir=out)
-            with replay_only(runs), dspy.context(lm=task_lm):
+                             budget=int(meta["budget"]), threads=config.threads, seed=config.seed, out_dir=out,
+                             optimizer_args=args)
+            with replay_only(runs, recorded), dspy.context(lm=task_lm):
                 optimizer = hero_o_optimizer(ctx, CountingMetric(task.metric), log_dir)
                 optimizer.display_progress = False  # volatile: not part of the run's fingerprint
                 try:
@@ -146,6 +211,9 @@ def replay(config: Any) -> dict[str, Any]:
         "run_dir": str(out), "complete": stopped is None, "stopped_at": stopped,
         "metric_calls_replayed": run.budget.spent if hasattr(run, "budget") else None,
         "budget": result.budget, "pools": result.pools, "warnings": result.warnings,
+        "proposal_style": proposal_style or "as recorded",
+        "reflection_usage": asdict(run.reflection_usage.total) if hasattr(run, "reflection_usage") else None,
+        "lm_calls_answered_from_another_proposal": getattr(getattr(run, "journal", None), "answered_from_other_proposal", None),
         "adopted_fixes": result.adopted_fixes, "adopted_breaks": result.adopted_breaks,
         "rounds": [asdict(r) for r in result.rounds],
         "archive": [asdict(a) for a in run.archive],
@@ -156,9 +224,11 @@ def replay(config: Any) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replay-out", required=True, help="JSON file for the rebuilt rounds")
+    p.add_argument("--proposal-style", choices=[s.value for s in ProposalStyle],
+                   help="replay as if the run had used this proposal style (default: as recorded)")
     own, rest = p.parse_known_args(argv)
     config, _ = compare.parse_args(rest)
-    data = replay(config)
+    data = replay(config, own.proposal_style)
     write_json_atomic(own.replay_out, data)
     sys.stdout.write(f"{len(data['rounds'])} completed rounds rebuilt from {config.out}; "
                      f"{'run complete' if data['complete'] else 'stopped at ' + str(data['stopped_at'])}\n")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dspy_hero.optimizer.checkpoint import FORMAT_VERSION
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -102,3 +104,53 @@ def test_replay_refuses_arguments_of_another_run(finished_run):
     config, _ = finished_run
     with pytest.raises(ValueError, match="other pools"):
         replay_tool.replay(compare.CompareConfig(**{**config.__dict__, "train_size": 18}))
+
+
+def test_replay_in_the_recorded_style_named_explicitly_rebuilds_every_round(finished_run):
+    """--proposal-style: whole-proposal records are neither read nor written and the fingerprint is the
+    recorded one; naming the style the run resolved to (a scripted reflector: evidence-wide) must give
+    the live rounds, every proposal rebuilt from its recorded LM calls."""
+    config, live = finished_run
+    data = replay_tool.replay(config, "evidence_wide")
+    assert data["complete"], data["stopped_at"]
+    assert data["proposal_style"] == "evidence_wide"
+    assert json.loads(json.dumps(data["rounds"], default=str)) == live["rounds"]
+    assert data["reflection_usage"]["calls"] > 0
+
+
+def test_a_style_whose_calls_were_never_made_stops_at_the_first_one(finished_run):
+    config, live = finished_run
+    before = (Path(config.out) / "logs" / "hero_o" / "journal.jsonl").read_bytes()
+    data = replay_tool.replay(config, "per_pattern_only")
+    assert not data["complete"] and "reflection LM call" in data["stopped_at"]
+    assert len(data["rounds"]) < len(live["rounds"])
+    assert (Path(config.out) / "logs" / "hero_o" / "journal.jsonl").read_bytes() == before
+
+
+def _restyled(tmp_path, records):
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "state.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "fingerprint": "f", "status": "done"}))
+    (log / "journal.jsonl").write_text("".join(json.dumps({"kind": "reflection", "key": k, "output": o}) + "\n"
+                                               for k, o in records))
+    return replay_tool.RestyledJournal(log, "f")
+
+
+def test_restyled_journal_answers_a_request_recorded_under_another_proposal(tmp_path):
+    same = {"outputs": ["[[ ## rule ## ]]\nWhen x, do y."], "usage": [1, 10, 5]}
+    journal = _restyled(tmp_path, [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"})])
+    assert journal.replay_reflection("r2:generate:aaaa") is None  # the recorded style's proposal: not read
+    assert journal.replay_reflection("r2:generate:bbbb:call1") == same
+    assert journal.answered_from_other_proposal == 1
+    journal.record_reflection("r2:generate:bbbb", {"gradient": "new"})  # nothing paid: no error
+    with pytest.raises(replay_tool.JournalEnd):
+        journal.replay_reflection("r2:generate:bbbb:call2")
+    with pytest.raises(replay_tool.JournalEnd):
+        journal.record_reflection("r2:generate:bbbb:call2", same)  # an LM call would be paid
+
+
+def test_restyled_journal_refuses_a_request_recorded_with_different_outputs(tmp_path):
+    journal = _restyled(tmp_path, [("r1:generate:aaaa:call1", {"outputs": ["one"], "usage": [1, 1, 1]}),
+                                   ("r3:generate:cccc:call1", {"outputs": ["two"], "usage": [1, 1, 1]})])
+    with pytest.raises(replay_tool.JournalEnd, match="different outputs"):
+        journal.replay_reflection("r2:generate:bbbb:call1")
