@@ -56,6 +56,17 @@ class JournalEnd(BaseException):
     per-proposal and per-rollout error handling (``except Exception``) cannot swallow it."""
 
 
+def is_lm_call(key: str) -> bool:
+    """A reflection record's key: "r<round>:<predictor>:<proposal hash>" is a whole proposal (run._reflect),
+    that key plus ":<request hash>" one LM call inside it (checkpoint.journaled_lm)."""
+    return key.count(":") >= 3
+
+
+def request_hash(key: str) -> str:
+    """The hash of an LM call's whole request (messages and call arguments): the last part of its key."""
+    return key.rsplit(":", 1)[1]
+
+
 class ReplayOnlyJournal(Journal):
     """A journal that answers only from its records: a miss ends the replay instead of paying."""
 
@@ -69,7 +80,7 @@ class ReplayOnlyJournal(Journal):
         rec = super().replay_reflection(key)
         # A whole proposal (key "r<round>:<predictor>:<hash>") missing is normal: its LM calls
         # ("...:<hash>:<call hash>") are looked up next, and one of those missing is the end.
-        if rec is None and key.count(":") >= 3:
+        if rec is None and is_lm_call(key):
             raise JournalEnd(f"reflection LM call {key}")
         return rec
 
@@ -89,12 +100,12 @@ class RestyledJournal(ReplayOnlyJournal):
         super().__init__(*args, **kwargs)
         self.by_request: dict[str, list[dict[str, Any]]] = {}
         for key, output in self.reflections.items():
-            if key.count(":") == 3:
-                self.by_request.setdefault(key.rsplit(":", 1)[1], []).append(output)
+            if is_lm_call(key):
+                self.by_request.setdefault(request_hash(key), []).append(output)
         self.answered_from_other_proposal = 0
 
     def replay_reflection(self, key: str) -> dict[str, Any] | None:
-        if key.count(":") == 2:  # "r<round>:<predictor>:<hash>": a whole proposal
+        if not is_lm_call(key):  # a whole proposal: the recorded style's
             return None
         rec = self.reflections.get(key)
         if rec is None:
@@ -102,7 +113,7 @@ class RestyledJournal(ReplayOnlyJournal):
             # candidates; the call's own hash covers its whole request, so the same request recorded
             # under another proposal is this call (the server is deterministic). Outputs that differ
             # would make the answer a guess: that ends the replay.
-            same = self.by_request.get(key.rsplit(":", 1)[1], [])
+            same = self.by_request.get(request_hash(key), [])
             if not same:
                 raise JournalEnd(f"reflection LM call {key}")
             if any(o["outputs"] != same[0]["outputs"] for o in same):
@@ -112,7 +123,7 @@ class RestyledJournal(ReplayOnlyJournal):
         return rec
 
     def record_reflection(self, key: str, output: dict[str, Any]) -> None:
-        if key.count(":") == 2:  # this style's proposal, built from recorded calls: nothing is paid
+        if not is_lm_call(key):  # this style's proposal, built from recorded calls: nothing is paid
             return
         super().record_reflection(key, output)
 
