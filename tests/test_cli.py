@@ -46,6 +46,10 @@ def test_demo_runs_on_the_conventions_task_and_prints_each_adopted_rule_with_its
     hero_t = json.loads((out / "eval_hero_o_hero_t.json").read_text())
     refined = [o["refinement"] for o in hero_t["outcomes"] if o.get("refinement")]
     assert refined and all(r["budget"] == DEMO_REFINE_BUDGET for r in refined)
+    from dspy_hero.cli.app import DEMO_REFINE_REASK
+
+    assert DEMO_REFINE_REASK is False and hero_t["extras"]["hero_t"] == {
+        "budget": DEMO_REFINE_BUDGET, "only_failing": True, "max_demos": 3, "reask": DEMO_REFINE_REASK}
     hero_o_programs = {o["example_id"]: o["program"] for o in json.loads((out / "eval_hero_o.json").read_text())["outcomes"]}
     assert all(o["refinement"]["initial_program"] == hero_o_programs[o["example_id"]]
                for o in hero_t["outcomes"] if o.get("refinement"))

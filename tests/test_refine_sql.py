@@ -540,6 +540,25 @@ def test_a_revision_equal_to_the_current_program_is_never_accepted(db_path):
     assert not pred.changed and trace.summary()["reasks"] == 1 and trace.accepted == []
 
 
+def test_without_reask_a_repeated_program_ends_the_episode_after_one_reviser_call(db_path):
+    """`reask=False` (the demo's setting): the first no-revision answer ends the episode, nothing is
+    re-asked or judged, and a real revision is still gated as before."""
+    script = RoleScript(
+        generator={"sql": FIXED},
+        refiner={"action": "revise", "argument": "improve it"},
+        reviser=[{"reason": "same", "revised_program": FIXED},
+                 {"reason": "a new idea", "revised_program": "SELECT name FROM singer WHERE age > 40"}],
+        judge={"reason": "would accept anything", "supported": True},
+    )
+    pred = run(script, make(script, budget=3, reask=False), db_path)
+    trace = pred.refinement
+    assert [s.action for s in trace.steps] == [EXECUTE, REVISE]
+    step = trace.steps[1]
+    assert not step.verdict.accepted and not step.reasked and "(asked once)" in step.verdict.reason
+    assert script.count("reviser") == 1 and script.count("judge") == 0
+    assert trace.stop_reason == "the reviser proposed no new revision" and trace.summary()["reasks"] == 0
+    assert not pred.changed and pred.sql == FIXED
+
 def test_a_repeated_rejected_revision_is_re_asked_and_the_rejections_are_shown(db_path):
     other = FIXED.replace("France", "Netherlands")
     script = RoleScript(

@@ -72,6 +72,7 @@ class RunContext:
     optimizer_args: dict[str, Any] = field(default_factory=dict)  # further HeroOptimizer settings (rounds, ...)
     hero_o_log_dir: Path | None = None  # HERO-O's resumable journal; default out_dir/logs/hero_o
     refine_budget: int = 3  # HERO-T actions per query
+    refine_reask: bool = True  # HERO-T asks the reviser once more after an answer that is no revision
     outcomes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # evaluations done, by method
     fingerprints: dict[str, str] = field(default_factory=dict)  # `program_fingerprint` of each evaluated method
     progress: Progress | None = None  # one bar per evaluation (the CLI's); None: none
@@ -405,7 +406,7 @@ def hero_t_refiner(ctx: RunContext, generator: dspy.Module, judge_when_failing: 
     demos = verified_demo_bank(list(ctx.train) + list(ctx.val), ctx.task.metric)
     return HeroRefine(generator=generator, environment=ctx.task.environment_for, demos=demos,
                       budget=ctx.refine_budget, refiner_lm=ctx.task_lm, only_failing=ctx.refine_only_failing,
-                      judge_when_failing=judge_when_failing)
+                      judge_when_failing=judge_when_failing, reask=ctx.refine_reask)
 
 
 class AnsweredGenerator(dspy.Module):
@@ -467,6 +468,7 @@ def run_hero_o_t(ctx: RunContext, result: MethodResult, judge_when_failing: bool
     result.instructions = instructions_of(generator)
     result.extras["only_failing"] = ctx.refine_only_failing
     result.extras["judge_when_failing"] = judge_when_failing
+    result.extras["reask"] = ctx.refine_reask
     evaluate(ctx, refiner, result)
     result.extras["initial_programs_from_hero_o_evaluation"] = getattr(answered, "answered", 0)
     usage = getattr(refiner, "usage", None)

@@ -226,6 +226,11 @@ DEMO_TEST_LIMIT = 20
 # with the evidence and demos is a ~3,000-token prompt, ~1 minute on 2 cores; B=3 made HERO-T the stage
 # that broke the 8-minute budget (400 s of 14 minutes). `hero refine` and compare.py keep the paper's B = 3.
 DEMO_REFINE_BUDGET = 1
+# No second ask when the reviser answers with no revision: in the demo of 12m20s (session 19) all 8 refined
+# programs were first repeated; 7 re-asks repeated them again, the eighth gave a revision the gate accepted
+# (it ran; its answer was still wrong), and the 8 re-asks cost ~80 s of HERO-T's 168 s. `hero refine` and
+# compare.py keep the re-ask.
+DEMO_REFINE_REASK = False
 # An 8-case diagnosis batch. Training references on: the reflector sees the reference SQL of its
 # TRAINING cases and the diagnosis's diff against it ("the reference adds `deleted_at IS NULL`"); label-free,
 # a convention shows only as "wrong values", from which the 1.5B reflector wrote only generic rules.
@@ -272,7 +277,7 @@ def _demo(out, lm_spec, reflection_spec, max_metric_calls, rounds, candidates, t
     lm, reflection = resolve_lms(lm_spec, reflection_spec, task)
     config = RunConfig(out_dir=out, max_metric_calls=max_metric_calls, num_rounds=rounds, num_candidates=candidates,
                        threads=threads, seed=seed, test_limit=test_limit, refine_only_failing=not refine_all,
-                       refine_budget=DEMO_REFINE_BUDGET,
+                       refine_budget=DEMO_REFINE_BUDGET, refine_reask=DEMO_REFINE_REASK,
                        extra_optimizer_args=dict(DEMO_OPTIMIZER_ARGS))
     stages = iter(range(1, 5))
     with progress_bars() as make:

@@ -46,6 +46,7 @@ class RunConfig:
     num_rounds: int = 5
     num_candidates: int = 4
     refine_budget: int = 3
+    refine_reask: bool = True  # HERO-T re-asks a reviser whose answer is no revision (`HeroRefine.reask`)
     refine_only_failing: bool = False  # HERO-T only on programs whose execution shows a problem
     threads: int = 1
     seed: int = 0
@@ -69,6 +70,7 @@ def run_context(task: Task, lm: Any, reflection_lm: Any, config: RunConfig,
         task=task, train=list(task.train), val=[], test=list(test), task_lm=lm, reflection_lm=reflection_lm or lm,
         budget=config.max_metric_calls, auto=config.auto, threads=config.threads, seed=config.seed, out_dir=out,
         ves_repetitions=0, refine_only_failing=config.refine_only_failing, refine_budget=config.refine_budget,
+        refine_reask=config.refine_reask,
         hero_o_log_dir=Path(config.log_dir) if config.log_dir else out / "hero_o_log", progress=progress,
         optimizer_args={"num_rounds": config.num_rounds, "num_candidates": config.num_candidates,
                         **config.extra_optimizer_args})
@@ -117,7 +119,9 @@ class StagedRun:
         same = evaluated_as(self.ctx, program)  # e.g. HERO-O returned the seed program: the harness reuses it
         self.announce(f"{label}: the same program as {STAGE_LABELS.get(same, same)}; reusing its evaluation"
                       if same is not None else f"{label}: evaluating on {len(self.test)} held-out examples")
-        result = evaluate(self.ctx, program, MethodResult(method=name, label=label, extras={"fingerprint": key}))
+        settings = refine_settings(program)
+        extras = {"fingerprint": key, **({"hero_t": settings} if settings else {})}
+        result = evaluate(self.ctx, program, MethodResult(method=name, label=label, extras=extras))
         write_json_atomic(path, result.to_dict())
         return result
 
@@ -127,9 +131,8 @@ class StagedRun:
         or --refine-all starts afresh)."""
         ids = [example_key(ex, i) for i, ex in enumerate(self.test)]
         prompts = instructions_of(program)
-        settings = {k: getattr(program, k) for k in ("budget", "only_failing", "max_demos") if hasattr(program, k)}
-        text = json.dumps([self.task.name, type(program).__name__, ids, prompts, settings], sort_keys=True,
-                          default=str)
+        text = json.dumps([self.task.name, type(program).__name__, ids, prompts, refine_settings(program)],
+                          sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def optimize(self) -> dspy.Module:
@@ -169,6 +172,11 @@ class StagedRun:
         hero = json.loads(hero_path.read_text()) if hero_path.exists() else {}
         notes = [f"task: {self.task.name}; split: {self.task.split_note}", f"test examples: {len(self.test)}"]
         return write_run_report(self.out, f"HERO on {self.task.name}", list(reports), hero, notes)
+
+
+def refine_settings(program: dspy.Module) -> dict[str, Any]:
+    """The HERO-T settings a stage's result depends on (empty for a plain program)."""
+    return {k: getattr(program, k) for k in ("budget", "only_failing", "max_demos", "reask") if hasattr(program, k)}
 
 
 def read_stage(path: Path) -> MethodResult:

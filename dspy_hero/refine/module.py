@@ -20,7 +20,8 @@ Budget and stopping rule. Every refiner decision except ``stop`` uses one action
 including malformed ones. An accepted revision becomes the current program and seeds the next step
 (paper §4.2.2); the episode ends when (1) the refiner says ``stop``, (2) B actions are used, (3) the
 reviser, asked twice, offers no revision (a proposal equal to the current program or to an already
-rejected one is not a revision: it is re-asked once, within the same action), or (4) an LM or
+rejected one is not a revision: it is re-asked once, within the same action; ``reask=False`` ends the
+episode at the first such answer), or (4) an LM or
 environment failure makes further steps pointless. ``stop_on_accept=True`` also ends it after an
 accepted revision that is not suspect (the behaviour before accepted revisions seeded more steps).
 Two rules keep a weak refiner from wasting the budget: a probe or diagnosis identical to an earlier
@@ -118,6 +119,10 @@ class HeroRefine(dspy.Module):
             its check, and no signal questions its result) without refining it. Off by default (the
             paper refines every instance); with small models it keeps HERO-T's cost on the programs
             execution shows are wrong.
+        reask: when the reviser's answer is no revision (the current program again, or one already
+            rejected), ask it once more with that said (default True). False ends the episode there:
+            in a 1.5B demo run 7 of 8 re-asks repeated the program again and the eighth's accepted
+            revision was still wrong, at ~10 s a call (`hero demo` turns it off; README).
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
@@ -141,6 +146,7 @@ class HeroRefine(dspy.Module):
         max_evidence_chars: int = 8000,
         only_failing: bool = False,
         judge_when_failing: bool = False,
+        reask: bool = True,
     ):
         super().__init__()
         for name, value in (("budget", budget), ("max_demos", max_demos), ("retrieve_k", retrieve_k)):
@@ -163,6 +169,7 @@ class HeroRefine(dspy.Module):
         self.max_evidence_chars = max_evidence_chars
         self.only_failing = only_failing
         self.judge_when_failing = judge_when_failing
+        self.reask = bool(reask)
         self.refiner = dspy.Predict(ChooseAction)
         self.select_demos = dspy.Predict(SelectDemos)
         self.reviser = dspy.Predict(ReviseProgram)
@@ -421,20 +428,22 @@ class _Episode:
         return note + (f"; {len(self.demos)} example(s) now shown" if self.demos else "")
 
     def _revise(self, request: str) -> bool:
-        """One revise action: ask the reviser (once more if its answer is no revision), gate the
-        proposal, and on acceptance let it seed the next step. True when the episode should end."""
+        """One revise action: ask the reviser (once more if its answer is no revision and `reask` is
+        on), gate the proposal, and on acceptance let it seed the next step. True when the episode
+        should end."""
         m, trace = self.m, self.trace
         before = self.current
         proposal, reason, nothing_new = self._ask_reviser(request)
-        reasked = nothing_new is not None
+        reasked = nothing_new is not None and m.reask
         if reasked:
             retry = (f"{request or '(none)'}\nYour previous answer was no revision: it {nothing_new}. Give a "
                      "different, complete program that acts on the evidence.")
             proposal, reason, nothing_new = self._ask_reviser(retry)
-        if nothing_new is not None:  # asked twice, still nothing new: the reviser has no revision to offer
+        if nothing_new is not None:  # (asked twice,) still nothing new: the reviser has no revision to offer
+            asked = "asked twice" if reasked else "asked once"
             trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, program_before=before,
                       reasked=reasked, verdict=GateVerdict(False, "checks", f"not a revision: it {nothing_new} "
-                                                                            "(asked twice)"))
+                                                                            f"({asked})"))
             trace.stop_reason = "the reviser proposed no new revision"
             return True
         evidence = self._evidence(with_diagnosis=True)
