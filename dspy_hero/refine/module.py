@@ -122,7 +122,7 @@ class HeroRefine(dspy.Module):
         reask: when the reviser's answer is no revision (the current program again, or one already
             rejected), ask it once more with that said (default True). False ends the episode there:
             in a 1.5B demo run 7 of 8 re-asks repeated the program again and the eighth's accepted
-            revision was still wrong, at ~10 s a call (`hero demo` turns it off; README).
+            revision was still wrong, at ~10 s a call (`hero demo` turns it off: `cli.app.DEMO_REFINE_REASK`).
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
