@@ -26,6 +26,8 @@ import contextlib
 import importlib.util
 import inspect
 import json
+import logging
+import shlex
 import shutil
 import sys
 import tempfile
@@ -49,6 +51,8 @@ compare = sys.modules.get("hero_benchmarks_compare") or importlib.util.module_fr
 if "hero_benchmarks_compare" not in sys.modules:
     sys.modules["hero_benchmarks_compare"] = compare  # its dataclasses need the module registered
     _spec.loader.exec_module(compare)
+
+logger = logging.getLogger("hero.replay")
 
 
 class JournalEnd(BaseException):
@@ -91,6 +95,30 @@ class ReplayOnlyJournal(Journal):
         raise JournalEnd(f"reflection {key} would be paid")
 
 
+class AmbiguousRecord(LookupError):
+    """The same request was recorded with different outputs: no answer can be taken from the records."""
+
+
+def index_by_request(reflections: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A journal's LM-call records by the hash of their whole request."""
+    by_request: dict[str, list[dict[str, Any]]] = {}
+    for key, output in reflections.items():
+        if is_lm_call(key):
+            by_request.setdefault(request_hash(key), []).append(output)
+    return by_request
+
+
+def same_request(by_request: dict[str, list[dict[str, Any]]], key: str) -> dict[str, Any] | None:
+    """The record of the LM call `key` made under another proposal (None: never made). A proposal's key
+    hashes its context, which in another style can hold other rejected candidates; the call's own hash
+    covers its whole request, so the same request is this call (the run's server is deterministic).
+    Outputs that differ would make the answer a guess: AmbiguousRecord."""
+    same = by_request.get(request_hash(key), [])
+    if any(o["outputs"] != same[0]["outputs"] for o in same):
+        raise AmbiguousRecord(f"reflection LM call {key}: recorded with different outputs")
+    return same[0] if same else None
+
+
 class RestyledJournal(ReplayOnlyJournal):
     """`ReplayOnlyJournal` for a replay in another proposal style: whole-proposal records hold the
     recorded style's proposals, so they are neither read nor written; the LM calls inside a proposal
@@ -98,10 +126,7 @@ class RestyledJournal(ReplayOnlyJournal):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.by_request: dict[str, list[dict[str, Any]]] = {}
-        for key, output in self.reflections.items():
-            if is_lm_call(key):
-                self.by_request.setdefault(request_hash(key), []).append(output)
+        self.by_request = index_by_request(self.reflections)
         self.answered_from_other_proposal = 0
 
     def replay_reflection(self, key: str) -> dict[str, Any] | None:
@@ -109,23 +134,54 @@ class RestyledJournal(ReplayOnlyJournal):
             return None
         rec = self.reflections.get(key)
         if rec is None:
-            # The proposal's key hashes its context, which in another style can hold other rejected
-            # candidates; the call's own hash covers its whole request, so the same request recorded
-            # under another proposal is this call (the server is deterministic). Outputs that differ
-            # would make the answer a guess: that ends the replay.
-            same = self.by_request.get(request_hash(key), [])
-            if not same:
+            try:
+                rec = same_request(self.by_request, key)
+            except AmbiguousRecord as exc:
+                raise JournalEnd(str(exc)) from exc
+            if rec is None:
                 raise JournalEnd(f"reflection LM call {key}")
-            if any(o["outputs"] != same[0]["outputs"] for o in same):
-                raise JournalEnd(f"reflection LM call {key}: recorded with different outputs")
             self.answered_from_other_proposal += 1
-            rec = same[0]
         return rec
 
     def record_reflection(self, key: str, output: dict[str, Any]) -> None:
         if not is_lm_call(key):  # this style's proposal, built from recorded calls: nothing is paid
             return
         super().record_reflection(key, output)
+
+
+class ContinuedJournal(Journal):
+    """The journal of a live run that continues a recorded one under today's settings (``--continue-live``):
+    rollouts and LM calls the recorded run made are answered from its records (an LM call by its request,
+    under whichever proposal it was recorded), everything else is paid and journaled as usual, so the
+    continuation is resumable. Whole-proposal records are never read: they may hold another style's
+    proposals, and each proposal is rebuilt from its journaled calls at no cost."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.by_request = index_by_request(self.reflections)
+        self.answered_from_other_proposal = 0
+        self.paid_after_ambiguous = 0
+
+    def replay_reflection(self, key: str) -> dict[str, Any] | None:
+        if not is_lm_call(key):
+            return None
+        rec = self.reflections.get(key)
+        if rec is None:
+            try:
+                rec = same_request(self.by_request, key)
+            except AmbiguousRecord as exc:
+                logger.warning("%s; asking the model again", exc)
+                self.paid_after_ambiguous += 1
+                return None
+            self.answered_from_other_proposal += rec is not None
+        return rec
+
+    def record_reflection(self, key: str, output: dict[str, Any]) -> None:
+        if self.reflections.get(key) == output:  # a proposal rebuilt on resume: already journaled
+            return
+        super().record_reflection(key, output)
+        if is_lm_call(key):
+            self.by_request.setdefault(request_hash(key), []).append(output)
 
 
 @contextlib.contextmanager
@@ -232,13 +288,57 @@ def replay(config: Any, proposal_style: str | None = None) -> dict[str, Any]:
     }
 
 
+# Methods whose saved results do not depend on HERO-O's: a continuation keeps them for its report.
+INDEPENDENT_METHODS = tuple(m for m in compare.METHODS if m != "hero_o" and m not in compare.NEEDS)
+
+
+def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
+    """Continue the HERO-O run in `config.out` live, under today's code and settings, in `into`: its
+    journal is copied there (once: a second call resumes the continuation), the recorded run's
+    rollouts and LM calls are answered from it (`ContinuedJournal`) and the rest is paid; then the
+    returned program is evaluated on the run's test set as compare.py does. `config.out` is not
+    changed. The run's fingerprint must match today's settings, or the journal refuses to resume."""
+    source, into = Path(config.out), Path(into)
+    src_log, log_dir = source / "logs" / "hero_o", into / "logs" / "hero_o"
+    if not (log_dir / "journal.jsonl").is_file():
+        if not (src_log / "journal.jsonl").is_file():
+            raise FileNotFoundError(f"{src_log / 'journal.jsonl'} not found: no HERO-O run in {source}")
+        log_dir.mkdir(parents=True)
+        (into / "methods").mkdir(exist_ok=True)
+        shutil.copy2(source / "meta.json", into / "meta.json")
+        for method in INDEPENDENT_METHODS:  # e.g. the seed's evaluation, reused when HERO-O returns the seed
+            if (source / "methods" / f"{method}.json").is_file():
+                shutil.copy2(source / "methods" / f"{method}.json", into / "methods" / f"{method}.json")
+        state = json.loads((src_log / "state.json").read_text(encoding="utf-8"))
+        write_json_atomic(log_dir / "state.json", {**state, "status": "running", "continued_from": str(source)})
+        shutil.copy2(src_log / "journal.jsonl", log_dir / "journal.jsonl")
+    saved = run_module.Journal
+    run_module.Journal = ContinuedJournal
+    try:
+        return compare.run_comparison(replace(config, out=str(into), methods=["hero_o"]))
+    finally:
+        run_module.Journal = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--replay-out", required=True, help="JSON file for the rebuilt rounds")
+    p.add_argument("--replay-out", help="JSON file for the rebuilt rounds")
+    p.add_argument("--continue-live", metavar="DIR", help="instead of replaying: continue the run live under "
+                   "today's settings in DIR (a new directory, or one to resume), then evaluate it on the test set")
     p.add_argument("--proposal-style", choices=[s.value for s in ProposalStyle],
                    help="replay as if the run had used this proposal style (default: as recorded)")
     own, rest = p.parse_known_args(argv)
     config, _ = compare.parse_args(rest)
+    if own.continue_live:
+        if own.proposal_style or own.replay_out:
+            p.error("--continue-live runs under today's settings; --proposal-style and --replay-out are for replays")
+        command = "python benchmarks/hero_o_replay.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
+        results = continue_live(replace(config, command=command), own.continue_live)
+        sys.stdout.write(f"continued {config.out} live into {own.continue_live}: "
+                         f"HERO-O pass@1 {results['methods']['hero_o']['pass_at_1']:.3f}\n")
+        return 0
+    if not own.replay_out:
+        p.error("--replay-out is required for a replay")
     data = replay(config, own.proposal_style)
     write_json_atomic(own.replay_out, data)
     sys.stdout.write(f"{len(data['rounds'])} completed rounds rebuilt from {config.out}; "

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sqlite3
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,18 @@ QUESTIONS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def reflector_answers_by_request():
+    """The simulated reflector numbers its proposals with a counter; a deterministic model server answers
+    by the request alone. A continuation answers the recorded calls from the journal, so under a counter
+    its later calls would get other rules than the live run's: here the rule is picked by the request."""
+    from dspy_hero.bench.simulate import SimulatedWorld
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SimulatedWorld, "next_rule", lambda self, present: self.rule_for(zlib.crc32(present.encode()), present))
+        yield
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("spider_replay")
@@ -65,7 +78,7 @@ def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("sim_replay")
     config = compare.CompareConfig(task="spider", data=str(root), train_size=24, test_size=8, val_fraction=0.3,
                                    max_metric_calls=90, auto=None, threads=1, seed=0, out=str(out), simulate=True,
-                                   ves_repetitions=0, methods=["hero_o"])
+                                   ves_repetitions=0, methods=["seed", "hero_o"])
     compare.run_comparison(config)
     live = json.loads((out / "logs" / "hero_o" / "detailed_results.json").read_text())
     return config, live
@@ -154,3 +167,77 @@ def test_restyled_journal_refuses_a_request_recorded_with_different_outputs(tmp_
                                    ("r3:generate:cccc:call1", {"outputs": ["two"], "usage": [1, 1, 1]})])
     with pytest.raises(replay_tool.JournalEnd, match="different outputs"):
         journal.replay_reflection("r2:generate:bbbb:call1")
+
+
+def _cut_copy(config, dest, fraction):
+    """A copy of the run's directory as a run killed at `fraction` of its journal would leave it."""
+    out = Path(config.out)
+    (dest / "logs" / "hero_o").mkdir(parents=True)
+    (dest / "methods").mkdir()
+    (dest / "meta.json").write_text((out / "meta.json").read_text())
+    (dest / "methods" / "seed.json").write_text((out / "methods" / "seed.json").read_text())
+    src = out / "logs" / "hero_o"
+    (dest / "logs" / "hero_o" / "state.json").write_text((src / "state.json").read_text())
+    lines = (src / "journal.jsonl").read_text().splitlines(keepends=True)
+    (dest / "logs" / "hero_o" / "journal.jsonl").write_text("".join(lines[: int(len(lines) * fraction)]))
+    return compare.CompareConfig(**{**config.__dict__, "out": str(dest)})
+
+
+def _kinds(path):
+    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sum(r["kind"] == "rollout" for r in recs), sum(r["kind"] == "reflection" for r in recs)
+
+
+def test_continue_live_pays_only_what_the_cut_journal_lacks_and_ends_as_the_live_run(finished_run, tmp_path):
+    """--continue-live: a run killed at 60% and continued under the same settings must make the live run's
+    rounds and return its prompt, buying only the rollouts the cut journal lacks; the source is untouched."""
+    config, live = finished_run
+    cut = _cut_copy(config, tmp_path / "cut", 0.6)
+    before = (Path(cut.out) / "logs" / "hero_o" / "journal.jsonl").read_bytes()
+    cut_rollouts, _ = _kinds(Path(cut.out) / "logs" / "hero_o" / "journal.jsonl")
+    full_rollouts, _ = _kinds(Path(config.out) / "logs" / "hero_o" / "journal.jsonl")
+    into = tmp_path / "continued"
+    results = replay_tool.continue_live(cut, into)
+    detailed = json.loads((into / "logs" / "hero_o" / "detailed_results.json").read_text())
+    assert detailed["rounds"] == live["rounds"]
+    assert detailed["final_instructions"] == live["final_instructions"]
+    paid_rollouts, _ = _kinds(into / "logs" / "hero_o" / "journal.jsonl")
+    assert cut_rollouts < paid_rollouts == full_rollouts  # the journal's rollouts were not bought again
+    assert (Path(cut.out) / "logs" / "hero_o" / "journal.jsonl").read_bytes() == before
+    assert set(results["methods"]) == {"seed", "hero_o"}
+    assert json.loads((into / "logs" / "hero_o" / "state.json").read_text())["continued_from"] == cut.out
+    # A second call resumes the continuation (its journal is not copied again): nothing is paid again.
+    journal = into / "logs" / "hero_o" / "journal.jsonl"
+    with journal.open("a") as f:  # a record only the continuation's own journal holds
+        f.write(json.dumps({"kind": "rollout", "key": "marker", "example_id": "none", "result": {}}) + "\n")
+    again = journal.read_bytes()
+    (into / "methods" / "hero_o.json").unlink()
+    replay_tool.continue_live(cut, into)
+    assert journal.read_bytes() == again
+
+
+def _continued(tmp_path, records):
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "state.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "fingerprint": "f", "status": "running"}))
+    (log / "journal.jsonl").write_text("".join(json.dumps({"kind": "reflection", "key": k, "output": o}) + "\n"
+                                               for k, o in records))
+    return replay_tool.ContinuedJournal(log, "f")
+
+
+def test_continued_journal_answers_recorded_requests_pays_the_rest_and_never_reads_whole_proposals(tmp_path):
+    same = {"outputs": ["[[ ## rule ## ]]\nWhen x, do y."], "usage": [1, 10, 5]}
+    journal = _continued(tmp_path, [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"}),
+                                    ("r1:generate:cccc:call9", {"outputs": ["one"], "usage": [1, 1, 1]}),
+                                    ("r3:generate:dddd:call9", {"outputs": ["two"], "usage": [1, 1, 1]})])
+    assert journal.replay_reflection("r2:generate:aaaa") is None  # another style's proposal: rebuilt, not read
+    assert journal.replay_reflection("r2:generate:bbbb:call1") == same
+    assert journal.answered_from_other_proposal == 1
+    assert journal.replay_reflection("r2:generate:bbbb:call2") is None  # never made: the live LM pays
+    assert journal.replay_reflection("r2:generate:bbbb:call9") is None  # ambiguous: asked again
+    assert journal.paid_after_ambiguous == 1
+    paid = {"outputs": ["new"], "usage": [1, 2, 3]}
+    journal.record_reflection("r2:generate:bbbb:call2", paid)
+    assert journal.replay_reflection("r4:generate:eeee:call2") == paid  # what it paid answers a later same request
+    journal.close()
+    assert "r2:generate:bbbb:call2" in (tmp_path / "log" / "journal.jsonl").read_text()

@@ -172,6 +172,10 @@ class SimulatedWorld:
         """Cycle through skill rules not yet present; every third proposal is the harmful rule."""
         with self._lock:
             n = next(self._proposals)
+        return self.rule_for(n, present)
+
+    def rule_for(self, n: int, present: str) -> str:
+        """The `n`-th proposal's rule, given the instructions and rules already `present`."""
         low = present.lower()
         harmful = self.spec.harmful_rule
         if n % 3 == 2 and self.spec.harmful_marker not in low:
