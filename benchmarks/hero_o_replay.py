@@ -297,7 +297,9 @@ def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
     journal is copied there (once: a second call resumes the continuation), the recorded run's
     rollouts and LM calls are answered from it (`ContinuedJournal`) and the rest is paid; then the
     returned program is evaluated on the run's test set as compare.py does. `config.out` is not
-    changed. The run's fingerprint must match today's settings, or the journal refuses to resume."""
+    changed. The run's fingerprint must match today's settings, or the journal refuses to resume.
+    `into/continuation.json` says what was paid: the two journals' record counts and this call's
+    counters of requests answered under another proposal or asked again."""
     source, into = Path(config.out), Path(into)
     src_log, log_dir = source / "logs" / "hero_o", into / "logs" / "hero_o"
     if not (log_dir / "journal.jsonl").is_file():
@@ -312,12 +314,38 @@ def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
         state = json.loads((src_log / "state.json").read_text(encoding="utf-8"))
         write_json_atomic(log_dir / "state.json", {**state, "status": "running", "continued_from": str(source)})
         shutil.copy2(src_log / "journal.jsonl", log_dir / "journal.jsonl")
+    journals: list[ContinuedJournal] = []
+
+    class CountedJournal(ContinuedJournal):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            journals.append(self)
+
     saved = run_module.Journal
-    run_module.Journal = ContinuedJournal
+    run_module.Journal = CountedJournal
     try:
-        return compare.run_comparison(replace(config, out=str(into), methods=["hero_o"]))
+        results = compare.run_comparison(replace(config, out=str(into), methods=["hero_o"]))
     finally:
         run_module.Journal = saved
+    write_json_atomic(into / "continuation.json", {
+        "continued_from": str(source),
+        "source_journal": journal_counts(src_log / "journal.jsonl"),
+        "journal": journal_counts(log_dir / "journal.jsonl"),
+        "this_call": {"lm_calls_answered_from_another_proposal": sum(j.answered_from_other_proposal for j in journals),
+                      "lm_calls_paid_after_an_ambiguous_record": sum(j.paid_after_ambiguous for j in journals)},
+    })
+    return results
+
+
+def journal_counts(path: Path) -> dict[str, int]:
+    """Rollout and reflection records in a journal: what the continuation paid is the difference
+    between its journal's counts and its source's."""
+    counts = {"rollout": 0, "reflection": 0}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            kind = json.loads(line).get("kind")
+            counts[kind] = counts.get(kind, 0) + 1
+    return {"rollouts": counts["rollout"], "reflections": counts["reflection"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -206,6 +206,8 @@ def test_continue_live_pays_only_what_the_cut_journal_lacks_and_ends_as_the_live
     assert (Path(cut.out) / "logs" / "hero_o" / "journal.jsonl").read_bytes() == before
     assert set(results["methods"]) == {"seed", "hero_o"}
     assert json.loads((into / "logs" / "hero_o" / "state.json").read_text())["continued_from"] == cut.out
+    paid = json.loads((into / "continuation.json").read_text())
+    assert paid["source_journal"]["rollouts"] == cut_rollouts and paid["journal"]["rollouts"] == full_rollouts
     # A second call resumes the continuation (its journal is not copied again): nothing is paid again.
     journal = into / "logs" / "hero_o" / "journal.jsonl"
     with journal.open("a") as f:  # a record only the continuation's own journal holds
