@@ -119,28 +119,40 @@ def same_request(by_request: dict[str, list[dict[str, Any]]], key: str) -> dict[
     return same[0] if same else None
 
 
-class RestyledJournal(ReplayOnlyJournal):
-    """`ReplayOnlyJournal` for a replay in another proposal style: whole-proposal records hold the
-    recorded style's proposals, so they are neither read nor written; the LM calls inside a proposal
-    are answered from their records, and one missing ends the replay."""
+class AnsweredByRequest:
+    """Mixin for a journal whose LM calls may have been recorded under another proposal's key: a call
+    is answered by its own record, else by the record of the same request (`same_request`)."""
+
+    reflections: dict[str, dict[str, Any]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.by_request = index_by_request(self.reflections)
         self.answered_from_other_proposal = 0
 
+    def recorded_call(self, key: str) -> dict[str, Any] | None:
+        """The record answering LM call `key` (None: never made); AmbiguousRecord as `same_request`."""
+        rec = self.reflections.get(key)
+        if rec is None:
+            rec = same_request(self.by_request, key)
+            self.answered_from_other_proposal += rec is not None
+        return rec
+
+
+class RestyledJournal(AnsweredByRequest, ReplayOnlyJournal):
+    """`ReplayOnlyJournal` for a replay in another proposal style: whole-proposal records hold the
+    recorded style's proposals, so they are neither read nor written; the LM calls inside a proposal
+    are answered from their records, and one missing ends the replay."""
+
     def replay_reflection(self, key: str) -> dict[str, Any] | None:
         if not is_lm_call(key):  # a whole proposal: the recorded style's
             return None
-        rec = self.reflections.get(key)
+        try:
+            rec = self.recorded_call(key)
+        except AmbiguousRecord as exc:
+            raise JournalEnd(str(exc)) from exc
         if rec is None:
-            try:
-                rec = same_request(self.by_request, key)
-            except AmbiguousRecord as exc:
-                raise JournalEnd(str(exc)) from exc
-            if rec is None:
-                raise JournalEnd(f"reflection LM call {key}")
-            self.answered_from_other_proposal += 1
+            raise JournalEnd(f"reflection LM call {key}")
         return rec
 
     def record_reflection(self, key: str, output: dict[str, Any]) -> None:
@@ -149,7 +161,7 @@ class RestyledJournal(ReplayOnlyJournal):
         super().record_reflection(key, output)
 
 
-class ContinuedJournal(Journal):
+class ContinuedJournal(AnsweredByRequest, Journal):
     """The journal of a live run that continues a recorded one under today's settings (``--continue-live``):
     rollouts and LM calls the recorded run made are answered from its records (an LM call by its request,
     under whichever proposal it was recorded), everything else is paid and journaled as usual, so the
@@ -158,23 +170,17 @@ class ContinuedJournal(Journal):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.by_request = index_by_request(self.reflections)
-        self.answered_from_other_proposal = 0
         self.paid_after_ambiguous = 0
 
     def replay_reflection(self, key: str) -> dict[str, Any] | None:
         if not is_lm_call(key):
             return None
-        rec = self.reflections.get(key)
-        if rec is None:
-            try:
-                rec = same_request(self.by_request, key)
-            except AmbiguousRecord as exc:
-                logger.warning("%s; asking the model again", exc)
-                self.paid_after_ambiguous += 1
-                return None
-            self.answered_from_other_proposal += rec is not None
-        return rec
+        try:
+            return self.recorded_call(key)
+        except AmbiguousRecord as exc:
+            logger.warning("%s; asking the model again", exc)
+            self.paid_after_ambiguous += 1
+            return None
 
     def record_reflection(self, key: str, output: dict[str, Any]) -> None:
         if self.reflections.get(key) == output:  # a proposal rebuilt on resume: already journaled
