@@ -541,8 +541,8 @@ def test_a_revision_equal_to_the_current_program_is_never_accepted(db_path):
 
 
 def test_without_reask_a_repeated_program_ends_the_episode_after_one_reviser_call(db_path):
-    """`reask=False` (the demo's setting): the first no-revision answer ends the episode, nothing is
-    re-asked or judged, and a real revision is still gated as before."""
+    """`reask=False` (the demo's setting): the first no-revision answer ends the episode; the reviser is
+    not asked again (its second, new answer is never seen) and nothing is judged."""
     script = RoleScript(
         generator={"sql": FIXED},
         refiner={"action": "revise", "argument": "improve it"},
@@ -558,6 +558,7 @@ def test_without_reask_a_repeated_program_ends_the_episode_after_one_reviser_cal
     assert script.count("reviser") == 1 and script.count("judge") == 0
     assert trace.stop_reason == "the reviser proposed no new revision" and trace.summary()["reasks"] == 0
     assert not pred.changed and pred.sql == FIXED
+
 
 def test_a_repeated_rejected_revision_is_re_asked_and_the_rejections_are_shown(db_path):
     other = FIXED.replace("France", "Netherlands")
