@@ -78,6 +78,40 @@ def test_the_values_of_a_structured_label_still_block():
     assert not year.allowed
 
 
+TEST_CODE = """class TestCases(unittest.TestCase):
+    def test_compress(self):
+        result = task_func(self.src, self.dst)
+        self.assertEqual(result['message'], 'All files compressed and moved successfully.')
+        self.assertEqual(result['failed_files'], [])
+        self.assertEqual(result['status'], 'packed')
+        self.assertIn('status', {'status': 'Fresno'})
+"""
+
+
+def code_case(test_code: str = TEST_CODE):
+    return SimpleNamespace(case_id="F4", inputs={"prompt": "Compress all files in a folder."},
+                           labels={"test_code": test_code})
+
+
+def test_the_field_names_of_a_code_label_do_not_block_a_general_rule():
+    """BigCodeBench/350's test reads result['message']: a field name, as general as the word, blocked
+    "raise an exception with a descriptive message" (session 20). Its values still block."""
+    guard = MemorizationGuard()
+    rule = "When a program encounters an error, it should raise an exception with a descriptive message."
+    verdict = guard.check(rule, "Write Python.", [code_case()])
+    assert verdict.allowed, verdict.reason
+    for value in ("packed", "Fresno"):  # a compared value; a dict value
+        blocked = guard.check(f"Return the word {value} when nothing is left to do.", "Write Python.", [code_case()])
+        assert not blocked.allowed and repr(value) in blocked.reason
+    # 'status' is a key, but also a value (assertIn's first argument): a value, so it blocks
+    status = guard.check("Always report the status of the copy.", "Write Python.", [code_case()])
+    assert not status.allowed and "'status'" in status.reason
+    # a label that is not Python (a gold query) is read as before
+    sql = SimpleNamespace(case_id="F5", inputs={"question": "q"},
+                          labels={"gold_sql": "SELECT x FROM t WHERE t.kind = 'message'"})
+    assert not guard.check(rule, "Write SQL.", [sql]).allowed
+
+
 def test_a_plain_text_label_is_read_as_before():
     # not a structured label: a quoted string in it is a literal, whatever precedes a colon
     plain = SimpleNamespace(case_id="F3", inputs={"question": "q"},

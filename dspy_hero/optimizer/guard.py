@@ -18,6 +18,8 @@ several shown instances share (a value the task keeps using) is a pattern, not o
 A label stringified from a mapping or list (a case's parameters, ``{'year': 2023, 'month': 3}``)
 contributes its values, never its keys: a field name such as 'month' is not one instance's value, and
 treating it as one blocked "compare by year, month and day" on the conventions task.
+Likewise a string that a Python label (test code) uses only as a subscript or dict key
+(``result['message']``) is a field name, not a value.
 Why: the old guard blocked any quoted literal or two-digit number of a gold query, which refused the
 rules a SQL task needs ("use strftime('%Y', ...)") while a rule naming an entity value passed only if
 it was unquoted.
@@ -173,12 +175,35 @@ def _leaves(data: Any) -> list[str]:
     return [] if data is None or isinstance(data, bool) else [str(data)]
 
 
+def _code_field_names(text: str) -> frozenset[str]:
+    """The strings a Python label (a task's test code, a gold program) uses only as field names: a
+    subscript key (``result['message']``) or a dict key, never as a value anywhere in it. Like the keys
+    of a structured label they name a field; the test of BigCodeBench/350 reads ``result['message']``,
+    which blocked "raise an exception with a descriptive message". Text that is not Python has none."""
+    if "[" not in text and "{" not in text:
+        return frozenset()
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset()
+    keys: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            keys.add(id(node.slice))
+        elif isinstance(node, ast.Dict):
+            keys.update(id(k) for k in node.keys if k is not None)
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    values = {n.value for n in strings if id(n) not in keys}
+    return frozenset(n.value for n in strings if id(n) in keys) - values
+
+
 def _literals(value: str, numbers: bool = True) -> list[str]:
     text = str(value)
     data = _structured(text) if numbers else None
     if data is not None:  # a label's parameters: each value is a literal, quoted inside or not
         return [x for leaf in _leaves(data) for x in (_literals(leaf) if _QUOTED.search(leaf) else [leaf.strip()]) if x]
-    out = [(a or b or c).strip() for a, b, c in _QUOTED.findall(text)]
+    fields = _code_field_names(text) if numbers else frozenset()
+    out = [q for a, b, c in _QUOTED.findall(text) if (q := (a or b or c).strip()) not in fields]
     if numbers:
         out += _NUMBER.findall(text)
         if not out and 2 <= len(text.strip()) < 40 and re.search(r"\d", text):
