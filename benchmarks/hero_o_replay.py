@@ -31,6 +31,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -190,17 +191,26 @@ class ContinuedJournal(AnsweredByRequest, Journal):
             self.by_request.setdefault(request_hash(key), []).append(output)
 
 
+def capturing(cls: type, instances: list[Any]) -> type:
+    """A subclass of `cls` whose instances are appended to `instances`: to read the state of objects
+    that a run (HERO-O's loop, compare.py) constructs itself."""
+
+    class Captured(cls):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            instances.append(self)
+
+    Captured.__name__ = Captured.__qualname__ = f"Captured{cls.__name__}"
+    return Captured
+
+
 @contextlib.contextmanager
 def replay_only(runs: list[Any], recorded_style: ProposalStyle | None = None) -> Iterator[None]:
     """Within: HERO-O runs use ReplayOnlyJournal and are appended to `runs` (to read their state).
     With `recorded_style`, a run may use another proposal style than the one it was recorded with:
     its fingerprint is computed with `recorded_style` and it reads the journal as `RestyledJournal`."""
 
-    class CapturedRun(hero_module.HeroRun):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            runs.append(self)
-
+    class CapturedRun(capturing(hero_module.HeroRun, runs)):
         def _fingerprint(self) -> str:
             if recorded_style is None:
                 return super()._fingerprint()
@@ -321,14 +331,8 @@ def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
         write_json_atomic(log_dir / "state.json", {**state, "status": "running", "continued_from": str(source)})
         shutil.copy2(src_log / "journal.jsonl", log_dir / "journal.jsonl")
     journals: list[ContinuedJournal] = []
-
-    class CountedJournal(ContinuedJournal):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            journals.append(self)
-
     saved = run_module.Journal
-    run_module.Journal = CountedJournal
+    run_module.Journal = capturing(ContinuedJournal, journals)
     try:
         results = compare.run_comparison(replace(config, out=str(into), methods=["hero_o"]))
     finally:
@@ -337,8 +341,10 @@ def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
         "continued_from": str(source),
         "source_journal": journal_counts(src_log / "journal.jsonl"),
         "journal": journal_counts(log_dir / "journal.jsonl"),
-        "this_call": {"lm_calls_answered_from_another_proposal": sum(j.answered_from_other_proposal for j in journals),
-                      "lm_calls_paid_after_an_ambiguous_record": sum(j.paid_after_ambiguous for j in journals)},
+        "this_call": {
+            "lm_calls_answered_from_another_proposal": sum(j.answered_from_other_proposal for j in journals),
+            "lm_calls_paid_after_an_ambiguous_record": sum(j.paid_after_ambiguous for j in journals),
+        },
     })
     return results
 
@@ -346,12 +352,9 @@ def continue_live(config: Any, into: str | Path) -> dict[str, Any]:
 def journal_counts(path: Path) -> dict[str, int]:
     """Rollout and reflection records in a journal: what the continuation paid is the difference
     between its journal's counts and its source's."""
-    counts = {"rollout": 0, "reflection": 0}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            kind = json.loads(line).get("kind")
-            counts[kind] = counts.get(kind, 0) + 1
-    return {"rollouts": counts["rollout"], "reflections": counts["reflection"]}
+    kinds = Counter(json.loads(line).get("kind") for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip())
+    return {"rollouts": kinds["rollout"], "reflections": kinds["reflection"]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

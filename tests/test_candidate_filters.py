@@ -101,7 +101,8 @@ def test_the_field_names_of_a_code_label_do_not_block_a_general_rule():
     verdict = guard.check(rule, "Write Python.", [code_case()])
     assert verdict.allowed, verdict.reason
     for value in ("packed", "Fresno"):  # a compared value; a dict value
-        blocked = guard.check(f"Return the word {value} when nothing is left to do.", "Write Python.", [code_case()])
+        blocked = guard.check(f"Return the word {value} when nothing is left to do.", "Write Python.",
+                              [code_case()])
         assert not blocked.allowed and repr(value) in blocked.reason
     # 'status' is a key, but also a value (assertIn's first argument): a value, so it blocks
     status = guard.check("Always report the status of the copy.", "Write Python.", [code_case()])

@@ -143,7 +143,8 @@ def test_a_style_whose_calls_were_never_made_stops_at_the_first_one(finished_run
 def _journal(cls, tmp_path, records):
     log = tmp_path / "log"
     log.mkdir()
-    (log / "state.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "fingerprint": "f", "status": "running"}))
+    state = {"format_version": FORMAT_VERSION, "fingerprint": "f", "status": "running"}
+    (log / "state.json").write_text(json.dumps(state))
     (log / "journal.jsonl").write_text("".join(json.dumps({"kind": "reflection", "key": k, "output": o}) + "\n"
                                                for k, o in records))
     return cls(log, "f")
@@ -151,7 +152,8 @@ def _journal(cls, tmp_path, records):
 
 def test_restyled_journal_answers_a_request_recorded_under_another_proposal(tmp_path):
     same = {"outputs": ["[[ ## rule ## ]]\nWhen x, do y."], "usage": [1, 10, 5]}
-    journal = _journal(replay_tool.RestyledJournal, tmp_path, [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"})])
+    journal = _journal(replay_tool.RestyledJournal, tmp_path,
+                       [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"})])
     assert journal.replay_reflection("r2:generate:aaaa") is None  # the recorded style's proposal: not read
     assert journal.replay_reflection("r2:generate:bbbb:call1") == same
     assert journal.answered_from_other_proposal == 1
@@ -163,8 +165,9 @@ def test_restyled_journal_answers_a_request_recorded_under_another_proposal(tmp_
 
 
 def test_restyled_journal_refuses_a_request_recorded_with_different_outputs(tmp_path):
-    journal = _journal(replay_tool.RestyledJournal, tmp_path, [("r1:generate:aaaa:call1", {"outputs": ["one"], "usage": [1, 1, 1]}),
-                                   ("r3:generate:cccc:call1", {"outputs": ["two"], "usage": [1, 1, 1]})])
+    journal = _journal(replay_tool.RestyledJournal, tmp_path,
+                       [("r1:generate:aaaa:call1", {"outputs": ["one"], "usage": [1, 1, 1]}),
+                        ("r3:generate:cccc:call1", {"outputs": ["two"], "usage": [1, 1, 1]})])
     with pytest.raises(replay_tool.JournalEnd, match="different outputs"):
         journal.replay_reflection("r2:generate:bbbb:call1")
 
@@ -220,9 +223,10 @@ def test_continue_live_pays_only_what_the_cut_journal_lacks_and_ends_as_the_live
 
 def test_continued_journal_answers_recorded_requests_pays_the_rest_and_never_reads_whole_proposals(tmp_path):
     same = {"outputs": ["[[ ## rule ## ]]\nWhen x, do y."], "usage": [1, 10, 5]}
-    journal = _journal(replay_tool.ContinuedJournal, tmp_path, [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"}),
-                                    ("r1:generate:cccc:call9", {"outputs": ["one"], "usage": [1, 1, 1]}),
-                                    ("r3:generate:dddd:call9", {"outputs": ["two"], "usage": [1, 1, 1]})])
+    journal = _journal(replay_tool.ContinuedJournal, tmp_path,
+                       [("r2:generate:aaaa:call1", same), ("r2:generate:aaaa", {"gradient": "g"}),
+                        ("r1:generate:cccc:call9", {"outputs": ["one"], "usage": [1, 1, 1]}),
+                        ("r3:generate:dddd:call9", {"outputs": ["two"], "usage": [1, 1, 1]})])
     assert journal.replay_reflection("r2:generate:aaaa") is None  # another style's proposal: rebuilt, not read
     assert journal.replay_reflection("r2:generate:bbbb:call1") == same
     assert journal.answered_from_other_proposal == 1

@@ -28,6 +28,7 @@ it was unquoted.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -175,6 +176,7 @@ def _leaves(data: Any) -> list[str]:
     return [] if data is None or isinstance(data, bool) else [str(data)]
 
 
+@functools.lru_cache(maxsize=512)  # the same labels are checked against every candidate of a run
 def _code_field_names(text: str) -> frozenset[str]:
     """The strings a Python label (a task's test code, a gold program) uses only as field names: a
     subscript key (``result['message']``) or a dict key, never as a value anywhere in it. Like the keys
