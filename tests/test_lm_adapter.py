@@ -73,9 +73,10 @@ def test_bare_python_answer_is_scored_on_its_tests_not_lost_to_format():
             task.make_program()(**example.inputs())
 
 
-def test_task_programs_restate_their_instructions_after_the_inputs_and_before_the_format_reminder():
-    """The generator's user message ends with the (possibly learned) instructions, then DSPy's format
-    reminder; the system message is ChatAdapter's. Other predictors keep ChatAdapter's user message."""
+def test_task_programs_restate_their_instructions_and_the_format_reminder_before_the_question():
+    """The generator's user message gives the schema, the (possibly learned) instructions, DSPy's format
+    reminder and then the question; the system message is ChatAdapter's. Other predictors keep
+    ChatAdapter's user message."""
     from dspy_hero.lm.adapter import RESTATED_HEADER
     from dspy_hero.optimizer.instructions import build_variant
     from dspy_hero.tasks.registry import load_task
@@ -94,13 +95,14 @@ def test_task_programs_restate_their_instructions_after_the_inputs_and_before_th
     with dspy.context(lm=scripted_lm(capture)):
         ruled(**example.inputs())
     user, system = seen[-1].user, seen[-1].system
-    inputs_end = user.index(example.question) + len(example.question)
+    schema_end = user.index(example.db_schema) + len(example.db_schema)
     restated = user.index(RESTATED_HEADER)
     reminder = user.index("Respond with the corresponding output fields")
-    assert inputs_end < restated < reminder
+    assert schema_end < restated < reminder < user.index("[[ ## question ## ]]")
     assert user[restated:reminder].strip() == f"{RESTATED_HEADER}\n{ruled.generate.signature.instructions}"
+    assert user.endswith(f"[[ ## question ## ]]\n{example.question}")
     assert "- Use aliases." in system  # still where DSPy puts it
-    assert seen[-1].inputs["question"] == example.question  # the scripted reader stops at the restatement
+    assert seen[-1].inputs == {"db_schema": example.db_schema, "question": example.question}
     with dspy.context(lm=scripted_lm(capture)):
         dspy.Predict("question -> answer")(question="Why?")
     assert RESTATED_HEADER not in seen[-1].user
@@ -141,6 +143,39 @@ def test_each_placement_puts_the_instructions_where_it_says_and_after_inputs_kee
     assert seed_user[: seed_user.index(INSTRUCTIONS_HEADER)] == user[: user.index(INSTRUCTIONS_HEADER)]
 
 
+def test_before_last_input_puts_the_question_last_so_one_database_shares_the_instructions_prefix():
+    """SYSTEM_AND_BEFORE_LAST_INPUT: the same words as SYSTEM_AND_RESTATED, but the per-example input comes
+    after the restated instructions and the format reminder, so two questions of one database share
+    everything up to the question (what the local server reuses, and the pinned engine pins); a
+    single-input signature is laid out as SYSTEM_AND_RESTATED."""
+    from dspy_hero.lm.adapter import RESTATED_HEADER, InstructionPlacement
+    from dspy_hero.lm.local import shared_prefix_end
+
+    ruled = dspy.Signature("db_schema, question -> sql", "Write one SQLite query.\n\nRules:\n- Leave deleted rows out.")
+    adapter = ProgramAdapter(placement=InstructionPlacement.SYSTEM_AND_BEFORE_LAST_INPUT)
+
+    def messages(signature, **inputs):
+        return [m["content"] for m in adapter.format(signature, demos=[], inputs=inputs)]
+
+    system, user = messages(ruled, db_schema="CREATE TABLE t(a)", question="How many?")
+    _, other = messages(ruled, db_schema="CREATE TABLE t(a)", question="Which one?")
+    restated_system, restated_user = [m["content"] for m in ProgramAdapter(
+        placement=InstructionPlacement.SYSTEM_AND_RESTATED).format(ruled, demos=[],
+                                                                   inputs={"db_schema": "CREATE TABLE t(a)",
+                                                                           "question": "How many?"})]
+    assert system == restated_system and "Leave deleted rows out" in system
+    assert (user.index("CREATE TABLE t(a)") < user.index(RESTATED_HEADER) < user.index("Leave deleted")
+            < user.index("Respond with") < user.index("[[ ## question ## ]]"))
+    assert user.endswith("[[ ## question ## ]]\nHow many?")
+    assert sorted(user.split("\n\n")) == sorted(restated_user.split("\n\n"))  # the same parts, reordered
+    prefix = user[: shared_prefix_end(user)]
+    assert prefix == other[: shared_prefix_end(other)]
+    assert "Leave deleted rows out" in prefix and "Respond with" in prefix and "How many?" not in prefix
+    one = dspy.Signature("prompt -> code", "Write a function.")
+    assert messages(one, prompt="Add one.") == [m["content"] for m in ProgramAdapter(
+        placement=InstructionPlacement.SYSTEM_AND_RESTATED).format(one, demos=[], inputs={"prompt": "Add one."})]
+
+
 def test_the_scripted_reader_finds_instructions_given_after_the_inputs():
     from dspy_hero.lm.adapter import InstructionPlacement
 
@@ -151,8 +186,12 @@ def test_the_scripted_reader_finds_instructions_given_after_the_inputs():
         return {"answer": "ok"}
 
     sig = dspy.Signature("question -> answer", "Answer briefly.\n\nRules:\n- Say ok.")
+    two = dspy.Signature("db_schema, question -> answer", sig.instructions)
     for placement in InstructionPlacement:
         with dspy.context(lm=scripted_lm(capture), adapter=ProgramAdapter(placement=placement)):
             dspy.Predict(sig)(question="Why?")
+            assert seen[-1].instructions == sig.instructions, placement
+            assert seen[-1].inputs == {"question": "Why?"}, placement
+            dspy.Predict(two)(db_schema="CREATE TABLE t(a)", question="Why?")
         assert seen[-1].instructions == sig.instructions, placement
-        assert seen[-1].inputs == {"question": "Why?"}, placement
+        assert seen[-1].inputs == {"db_schema": "CREATE TABLE t(a)", "question": "Why?"}, placement

@@ -15,8 +15,8 @@ in the response, so this adapter takes it when the markers are missing:
 Responses that do carry the markers are parsed exactly as ChatAdapter parses them. A user-configured
 adapter always wins (`program_adapter` only applies when none is configured).
 
-Where the instructions go (`InstructionPlacement`; ``SYSTEM_AND_RESTATED`` for the task programs'
-generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
+Where the instructions go (`InstructionPlacement`; ``SYSTEM_AND_BEFORE_LAST_INPUT`` for the task
+programs' generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
 hundreds of tokens; a 1.5B model then mostly ignores a rule written there. The adapter repeats the
 instructions at the end of the user message, after the inputs and before the format reminder (as
 DSPy itself repeats the output format there). Measured with Qwen2.5-Coder-1.5B on single-convention
@@ -27,6 +27,15 @@ variant share the seed's system message) 0 of 8; a minor-units rule 4, 4 and 5 o
 it: 28 of 40 Spider questions either way (`benchmarks/restate_check.py`). Every method's program goes
 through this adapter alike (seed, HERO-O, GEPA, MIPROv2), so the comparison stays fair; the system
 message is unchanged, so prefix reuse is too.
+
+The same restatement, with the question moved after it and after the format reminder
+(``SYSTEM_AND_BEFORE_LAST_INPUT``), leaves each rollout only its question to compute: the schema, the
+instructions (a learned rule included) and the reminder are one prefix shared by a database's questions.
+Measured on the demo task's 76 questions, each layout on a fresh default server
+(`benchmarks/input_layout.py`, RESULTS.md session 21): prompt tokens computed 22,075 -> 11,613 and wall
+time 686 -> 470 s for the seed and the seed plus the soft-deletion rule; the seed 4 -> 5 of 76 correct
+(1 fix, 0 breaks), the rule 23 -> 29 (7:1); the rule fixed 27:3 against the seed where it had fixed 23:4.
+On 40 Spider evaluation questions the seed went 29 -> 31 (2:0), 148 -> 87 s.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import re
 from typing import Any
 
 import dspy
+from dspy.adapters.utils import format_field_value
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_hero.text import FENCED_BLOCK
@@ -55,6 +65,10 @@ class InstructionPlacement(enum.Enum):
     SYSTEM = "system"  # DSPy's ChatAdapter: the system message only
     SYSTEM_AND_RESTATED = "system_and_restated"  # the system message, and again after the inputs
     AFTER_INPUTS = "after_inputs"  # after the inputs only; the system message is the same for every variant
+    # The system message, and again (with the format reminder) before the last input: the per-example one
+    # goes last, so the shared inputs, the instructions and the reminder form one prefix the server reuses.
+    # A signature with a single input is laid out as SYSTEM_AND_RESTATED.
+    SYSTEM_AND_BEFORE_LAST_INPUT = "system_and_before_last_input"
 
 
 class ProgramAdapter(dspy.ChatAdapter):
@@ -73,13 +87,19 @@ class ProgramAdapter(dspy.ChatAdapter):
 
     def format_user_message_content(self, signature: type[dspy.Signature], inputs: dict[str, Any], prefix: str = "",
                                     suffix: str = "", main_request: bool = False) -> str:
-        content = super().format_user_message_content(signature, inputs, prefix, suffix, main_request)
         instructions = (signature.instructions or "").strip()
         if not (main_request and self.placement is not InstructionPlacement.SYSTEM and instructions):
-            return content
+            return super().format_user_message_content(signature, inputs, prefix, suffix, main_request)
         header = INSTRUCTIONS_HEADER if self.placement is InstructionPlacement.AFTER_INPUTS else RESTATED_HEADER
         restated = f"{header}\n{instructions}"
         reminder = self.user_message_output_requirements(signature)
+        given = [name for name in signature.input_fields if name in inputs]
+        if self.placement is InstructionPlacement.SYSTEM_AND_BEFORE_LAST_INPUT and len(given) >= 2:
+            last = given[-1]
+            shared = super().format_user_message_content(signature.delete(last), inputs, prefix)
+            own = f"[[ ## {last} ## ]]\n{format_field_value(signature.input_fields[last], inputs[last])}"
+            return "\n\n".join(p for p in (shared, restated, reminder, own, suffix) if p).strip()
+        content = super().format_user_message_content(signature, inputs, prefix, suffix, main_request)
         if reminder and content.endswith(reminder):  # before the format reminder, which stays last
             return f"{content[: -len(reminder)].rstrip()}\n\n{restated}\n\n{reminder}"
         return f"{content}\n\n{restated}"

@@ -56,10 +56,11 @@ def parse_request(request: Any) -> ScriptedRequest:
     messages = tuple((m.role, m.text or "") for m in request.messages)
     # DSPy puts few-shot demos before the real input; the last user message is the real one.
     user = next((text for role, text in reversed(messages) if role == "user"), "")
-    body = user.split("\n\nRespond with", 1)[0]
+    body, _, reminder = user.partition("\n\nRespond with")
     body, _, after_inputs = body.partition(f"\n\n{INSTRUCTIONS_HEADER}\n")
     body = body.split(f"\n\n{RESTATED_HEADER}", 1)[0]
-    inputs = {name: value.strip() for name, value in _FIELD.findall(body)}
+    last_input = reminder.partition("\n\n")[2]  # an input given after the reminder (SYSTEM_AND_BEFORE_LAST_INPUT)
+    inputs = {name: value.strip() for name, value in _FIELD.findall(body) + _FIELD.findall(last_input)}
     instructions = after_inputs.strip()  # instructions given after the inputs only
     lowered = system.lower()
     if not instructions and _OBJECTIVE in lowered:
