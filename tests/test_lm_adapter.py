@@ -73,11 +73,11 @@ def test_bare_python_answer_is_scored_on_its_tests_not_lost_to_format():
             task.make_program()(**example.inputs())
 
 
-def test_task_programs_restate_their_instructions_and_the_format_reminder_before_the_question():
+def test_task_programs_give_the_instructions_and_the_format_reminder_before_the_question():
     """The generator's user message gives the schema, the (possibly learned) instructions, DSPy's format
-    reminder and then the question; the system message is ChatAdapter's. Other predictors keep
-    ChatAdapter's user message."""
-    from dspy_hero.lm.adapter import RESTATED_HEADER
+    reminder and then the question; its system message is the same for every instruction variant, so the
+    seed and a candidate share the schema's prefix. Other predictors keep ChatAdapter's messages."""
+    from dspy_hero.lm.adapter import INSTRUCTIONS_HEADER, OBJECTIVE_AFTER_INPUTS
     from dspy_hero.optimizer.instructions import build_variant
     from dspy_hero.tasks.registry import load_task
 
@@ -93,19 +93,22 @@ def test_task_programs_restate_their_instructions_and_the_format_reminder_before
     name, predictor = program.named_predictors()[0]
     ruled = build_variant(program, {name: predictor.signature.instructions + "\n\nRules:\n- Use aliases."})
     with dspy.context(lm=scripted_lm(capture)):
+        program(**example.inputs())
         ruled(**example.inputs())
-    user, system = seen[-1].user, seen[-1].system
+    (seed_user, seed_system), (user, system) = [(r.user, r.system) for r in seen[-2:]]
     schema_end = user.index(example.db_schema) + len(example.db_schema)
-    restated = user.index(RESTATED_HEADER)
+    header = user.index(INSTRUCTIONS_HEADER)
     reminder = user.index("Respond with the corresponding output fields")
-    assert schema_end < restated < reminder < user.index("[[ ## question ## ]]")
-    assert user[restated:reminder].strip() == f"{RESTATED_HEADER}\n{ruled.generate.signature.instructions}"
+    assert schema_end < header < reminder < user.index("[[ ## question ## ]]")
+    assert user[header:reminder].strip() == f"{INSTRUCTIONS_HEADER}\n{ruled.generate.signature.instructions}"
     assert user.endswith(f"[[ ## question ## ]]\n{example.question}")
-    assert "- Use aliases." in system  # still where DSPy puts it
+    assert system == seed_system and OBJECTIVE_AFTER_INPUTS in system and "- Use aliases." not in system
+    assert seed_user[: seed_user.index(INSTRUCTIONS_HEADER)] == user[:header]  # the schema's prefix, shared
     assert seen[-1].inputs == {"db_schema": example.db_schema, "question": example.question}
+    assert seen[-1].instructions == ruled.generate.signature.instructions
     with dspy.context(lm=scripted_lm(capture)):
         dspy.Predict("question -> answer")(question="Why?")
-    assert RESTATED_HEADER not in seen[-1].user
+    assert INSTRUCTIONS_HEADER not in seen[-1].user
 
 
 def test_each_placement_puts_the_instructions_where_it_says_and_after_inputs_keeps_one_system_message():
@@ -147,8 +150,9 @@ def test_before_last_input_puts_the_question_last_so_one_database_shares_the_ins
     """SYSTEM_AND_BEFORE_LAST_INPUT: the same words as SYSTEM_AND_RESTATED, but the per-example input comes
     after the restated instructions and the format reminder, so two questions of one database share
     everything up to the question (what the local server reuses, and the pinned engine pins); a
-    single-input signature is laid out as SYSTEM_AND_RESTATED."""
-    from dspy_hero.lm.adapter import RESTATED_HEADER, InstructionPlacement
+    single-input signature is laid out as SYSTEM_AND_RESTATED. BEFORE_LAST_INPUT: the same user message
+    under the after-inputs header, and no instructions in the system message."""
+    from dspy_hero.lm.adapter import INSTRUCTIONS_HEADER, RESTATED_HEADER, InstructionPlacement
     from dspy_hero.lm.local import shared_prefix_end
 
     ruled = dspy.Signature("db_schema, question -> sql", "Write one SQLite query.\n\nRules:\n- Leave deleted rows out.")
@@ -172,8 +176,15 @@ def test_before_last_input_puts_the_question_last_so_one_database_shares_the_ins
     assert prefix == other[: shared_prefix_end(other)]
     assert "Leave deleted rows out" in prefix and "Respond with" in prefix and "How many?" not in prefix
     one = dspy.Signature("prompt -> code", "Write a function.")
-    assert messages(one, prompt="Add one.") == [m["content"] for m in ProgramAdapter(
-        placement=InstructionPlacement.SYSTEM_AND_RESTATED).format(one, demos=[], inputs={"prompt": "Add one."})]
+    restated_one = [m["content"] for m in ProgramAdapter(placement=InstructionPlacement.SYSTEM_AND_RESTATED).format(
+        one, demos=[], inputs={"prompt": "Add one."})]
+    assert messages(one, prompt="Add one.") == restated_one
+    only = ProgramAdapter(placement=InstructionPlacement.BEFORE_LAST_INPUT)  # the same, minus the system's copy
+    only_system, only_user = [m["content"] for m in only.format(ruled, demos=[], inputs={
+        "db_schema": "CREATE TABLE t(a)", "question": "How many?"})]
+    assert "Leave deleted rows out" not in only_system
+    assert only_user == user.replace(RESTATED_HEADER, INSTRUCTIONS_HEADER)
+    assert [m["content"] for m in only.format(one, demos=[], inputs={"prompt": "Add one."})] == restated_one
 
 
 def test_the_scripted_reader_finds_instructions_given_after_the_inputs():

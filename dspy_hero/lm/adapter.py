@@ -15,8 +15,8 @@ in the response, so this adapter takes it when the markers are missing:
 Responses that do carry the markers are parsed exactly as ChatAdapter parses them. A user-configured
 adapter always wins (`program_adapter` only applies when none is configured).
 
-Where the instructions go (`InstructionPlacement`; ``SYSTEM_AND_BEFORE_LAST_INPUT`` for the task
-programs' generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
+Where the instructions go (`InstructionPlacement`; ``BEFORE_LAST_INPUT`` for the task programs'
+generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
 hundreds of tokens; a 1.5B model then mostly ignores a rule written there. The adapter repeats the
 instructions at the end of the user message, after the inputs and before the format reminder (as
 DSPy itself repeats the output format there). Measured with Qwen2.5-Coder-1.5B on single-convention
@@ -67,8 +67,14 @@ class InstructionPlacement(enum.Enum):
     AFTER_INPUTS = "after_inputs"  # after the inputs only; the system message is the same for every variant
     # The system message, and again (with the format reminder) before the last input: the per-example one
     # goes last, so the shared inputs, the instructions and the reminder form one prefix the server reuses.
-    # A signature with a single input is laid out as SYSTEM_AND_RESTATED.
     SYSTEM_AND_BEFORE_LAST_INPUT = "system_and_before_last_input"
+    # Before the last input only: the system message is AFTER_INPUTS's, the same for every variant, so the
+    # shared inputs (a schema) are one prefix for all variants too.
+    BEFORE_LAST_INPUT = "before_last_input"
+
+
+_BEFORE_LAST = (InstructionPlacement.SYSTEM_AND_BEFORE_LAST_INPUT, InstructionPlacement.BEFORE_LAST_INPUT)
+_AFTER_INPUTS_ONLY = (InstructionPlacement.AFTER_INPUTS, InstructionPlacement.BEFORE_LAST_INPUT)
 
 
 class ProgramAdapter(dspy.ChatAdapter):
@@ -80,21 +86,29 @@ class ProgramAdapter(dspy.ChatAdapter):
         self.program_field = program_field
         self.placement = InstructionPlacement(placement)
 
+    def _placement(self, signature: type[dspy.Signature]) -> InstructionPlacement:
+        """The placement used for this signature: the before-last-input ones need a shared input before the
+        last one; a single-input signature is laid out as SYSTEM_AND_RESTATED."""
+        if self.placement in _BEFORE_LAST and len(signature.input_fields) < 2:
+            return InstructionPlacement.SYSTEM_AND_RESTATED
+        return self.placement
+
     def format_task_description(self, signature: type[dspy.Signature]) -> str:
-        if self.placement is InstructionPlacement.AFTER_INPUTS and (signature.instructions or "").strip():
+        if self._placement(signature) in _AFTER_INPUTS_ONLY and (signature.instructions or "").strip():
             return OBJECTIVE_AFTER_INPUTS
         return super().format_task_description(signature)
 
     def format_user_message_content(self, signature: type[dspy.Signature], inputs: dict[str, Any], prefix: str = "",
                                     suffix: str = "", main_request: bool = False) -> str:
         instructions = (signature.instructions or "").strip()
-        if not (main_request and self.placement is not InstructionPlacement.SYSTEM and instructions):
+        placement = self._placement(signature)
+        if not (main_request and placement is not InstructionPlacement.SYSTEM and instructions):
             return super().format_user_message_content(signature, inputs, prefix, suffix, main_request)
-        header = INSTRUCTIONS_HEADER if self.placement is InstructionPlacement.AFTER_INPUTS else RESTATED_HEADER
+        header = INSTRUCTIONS_HEADER if placement in _AFTER_INPUTS_ONLY else RESTATED_HEADER
         restated = f"{header}\n{instructions}"
         reminder = self.user_message_output_requirements(signature)
         given = [name for name in signature.input_fields if name in inputs]
-        if self.placement is InstructionPlacement.SYSTEM_AND_BEFORE_LAST_INPUT and len(given) >= 2:
+        if placement in _BEFORE_LAST and len(given) >= 2:
             last = given[-1]
             shared = super().format_user_message_content(signature.delete(last), inputs, prefix)
             own = f"[[ ## {last} ## ]]\n{format_field_value(signature.input_fields[last], inputs[last])}"

@@ -52,10 +52,10 @@ class GenerateProgram(dspy.Module):
         # Examples may also carry environment references (db_path, graph, ...) as inputs so that
         # HERO-T can reach the environment; the LM sees only the signature's own input fields.
         wanted = self.generate.signature.input_fields
-        # A program answered without field markers still counts, and the instructions are restated after
-        # the shared inputs, where a small model follows them, with the question last, so that a database's
-        # questions share the prefix through the instructions (lm/adapter.py, all measured there).
-        with program_adapter(placement=InstructionPlacement.SYSTEM_AND_BEFORE_LAST_INPUT):
+        # A program answered without field markers still counts; the instructions come after the shared
+        # inputs, where a small model follows them, and the question last, so a database's questions share
+        # the prefix through the instructions and every variant shares the schema (lm/adapter.py, measured).
+        with program_adapter(placement=InstructionPlacement.BEFORE_LAST_INPUT):
             pred = self.generate(**{k: v for k, v in inputs.items() if k in wanted})
         raw = getattr(pred, self.output_field, "") or ""
         return dspy.Prediction(**{self.output_field: extract_code(raw, self.language)}, raw_output=raw)
