@@ -1,17 +1,21 @@
 """What putting the per-example input last does to speed and accuracy: one fresh server per layout.
 
-The task programs restate their instructions after the inputs (`dspy_hero.lm.adapter`). With the
-question before them, every rollout computes the question, the restated instructions (and any learned
-rule) and DSPy's format reminder anew; only the system message and the schema come from the server's
-prompt cache. ``system_and_before_last_input`` restates them before the question instead, so they are
-part of the prefix shared by every question of a database. This runs the seed program and the seed plus
-one rule (the demo's soft-deletion rule, as HERO-O renders it) on a task's questions, grouped by
-database as the harness runs them, once per placement, each on a fresh default local server (the one
-`hero demo` uses), and prints correct counts, fixes:breaks against the first placement, and the
-server's own counters: prompt tokens computed, generated tokens and their seconds. Writes JSON.
+The task programs used to restate their instructions after the inputs (``system_and_restated``): every
+rollout then computed the question, the restated instructions (and any learned rule) and DSPy's format
+reminder anew; only the system message and the schema came from the server's prompt cache, and a
+candidate's system message, which holds its instructions, made the schema a new prefix for each
+candidate. ``system_and_before_last_input`` restates them before the question instead, so they join the
+prefix shared by every question of a database; ``before_last_input`` (today's default) also leaves them
+out of the system message, so every variant shares the schema's prefix as well. This runs the seed
+program and the seed plus one rule (the demo's soft-deletion rule, as HERO-O renders it) on a task's
+questions, grouped by database as the harness runs them, once per placement, each on a fresh default
+local server (the one `hero demo` uses), and prints correct counts, fixes:breaks against the first
+placement, and the server's own counters: prompt tokens computed, generated tokens and their seconds.
+Writes JSON.
 
     python benchmarks/input_layout.py --out benchmarks/results/input-layout-demo-qwen1.5b.json
-    python benchmarks/input_layout.py --task spider --limit 40 --no-rule --out benchmarks/results/input-layout-spider-qwen1.5b.json
+    python benchmarks/input_layout.py --task spider --limit 40 --no-rule --placements system_and_restated \
+        before_last_input --out benchmarks/results/input-layout-spider-qwen1.5b.json
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import dspy
 
+from dspy_hero.bench.stats import fixes_and_breaks
 from dspy_hero.lm.adapter import InstructionPlacement, ProgramAdapter
 from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
 from dspy_hero.metrics.base import score_of
@@ -49,6 +54,11 @@ def run_one(program, examples, order, metric, placement) -> dict:
     return {"rows": sorted(rows, key=lambda r: r["index"]), "wall_s": time.perf_counter() - start}
 
 
+def paired(before: list[dict], after: list[dict]) -> dict[str, int]:
+    fixes, breaks = fixes_and_breaks([r["correct"] for r in before], [r["correct"] for r in after])
+    return {"fixes": fixes, "breaks": breaks}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="builtin-conventions-demo")
@@ -57,7 +67,7 @@ def main() -> None:
     parser.add_argument("--no-rule", action="store_true", help="the seed program only")
     parser.add_argument("--size", default="1.5b")
     parser.add_argument("--placements", nargs="+", choices=[p.value for p in InstructionPlacement],
-                        default=["system_and_restated", "system_and_before_last_input"])
+                        default=["system_and_restated", "system_and_before_last_input", "before_last_input"])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     task = load_task(args.task)
@@ -96,15 +106,11 @@ def main() -> None:
         for label in programs:
             a, b = runs[f"{base}/{label}"]["rows"], runs[f"{placement}/{label}"]["rows"]
             summary["vs_baseline"][f"{placement}/{label}"] = {
-                "fixes": sum(y["correct"] and not x["correct"] for x, y in zip(a, b)),
-                "breaks": sum(x["correct"] and not y["correct"] for x, y in zip(a, b)),
-                "programs_changed": sum(x["program"] != y["program"] for x, y in zip(a, b))}
+                **paired(a, b), "programs_changed": sum(x["program"] != y["program"] for x, y in zip(a, b))}
     if "rule" in programs:  # what the rule does under each placement
         for placement in args.placements:
-            a, b = runs[f"{placement}/seed"]["rows"], runs[f"{placement}/rule"]["rows"]
-            summary["vs_baseline"][f"{placement}/rule_vs_seed"] = {
-                "fixes": sum(y["correct"] and not x["correct"] for x, y in zip(a, b)),
-                "breaks": sum(x["correct"] and not y["correct"] for x, y in zip(a, b))}
+            summary["vs_baseline"][f"{placement}/rule_vs_seed"] = paired(runs[f"{placement}/seed"]["rows"],
+                                                                         runs[f"{placement}/rule"]["rows"])
     print(json.dumps(summary))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,25 +17,26 @@ adapter always wins (`program_adapter` only applies when none is configured).
 
 Where the instructions go (`InstructionPlacement`; ``BEFORE_LAST_INPUT`` for the task programs'
 generator). ChatAdapter puts a signature's instructions in the system message, before a schema of
-hundreds of tokens; a 1.5B model then mostly ignores a rule written there. The adapter repeats the
-instructions at the end of the user message, after the inputs and before the format reminder (as
-DSPy itself repeats the output format there). Measured with Qwen2.5-Coder-1.5B on single-convention
-questions of the conventions task, seed prompt vs the same prompt plus one rule (runs of
-`benchmarks/rule_placement.py`): a soft-deletion rule in the system message only fixed 0 of 8, restated
-after the question as well 4 of 8, after the question only (``AFTER_INPUTS``, which would let every
-variant share the seed's system message) 0 of 8; a minor-units rule 4, 4 and 5 of 7. The seed alone is unchanged by
-it: 28 of 40 Spider questions either way (`benchmarks/restate_check.py`). Every method's program goes
-through this adapter alike (seed, HERO-O, GEPA, MIPROv2), so the comparison stays fair; the system
-message is unchanged, so prefix reuse is too.
+hundreds of tokens; a 1.5B model then mostly ignores a rule written there. Measured with
+Qwen2.5-Coder-1.5B on single-convention questions of the conventions task, seed prompt vs the same
+prompt plus one rule (`benchmarks/rule_placement.py`, question before the instructions): a
+soft-deletion rule in the system message only fixed 0 of 8, restated after the question as well
+(``SYSTEM_AND_RESTATED``) 4 of 8, after the question only (``AFTER_INPUTS``) 0 of 8; a minor-units rule
+4, 4 and 5 of 7 (session 6; re-run on today's task in session 21, that soft-deletion rule fixed 1, 0 and,
+under ``BEFORE_LAST_INPUT``, 0 of 8).
 
-The same restatement, with the question moved after it and after the format reminder
-(``SYSTEM_AND_BEFORE_LAST_INPUT``), leaves each rollout only its question to compute: the schema, the
-instructions (a learned rule included) and the reminder are one prefix shared by a database's questions.
-Measured on the demo task's 76 questions, each layout on a fresh default server
-(`benchmarks/input_layout.py`, RESULTS.md session 21): prompt tokens computed 22,075 -> 11,613 and wall
-time 686 -> 470 s for the seed and the seed plus the soft-deletion rule; the seed 4 -> 5 of 76 correct
-(1 fix, 0 breaks), the rule 23 -> 29 (7:1); the rule fixed 27:3 against the seed where it had fixed 23:4.
-On 40 Spider evaluation questions the seed went 29 -> 31 (2:0), 148 -> 87 s.
+With the instructions after the question, every rollout recomputed the question, the instructions (a
+learned rule included) and DSPy's format reminder, and a candidate's system message made each database's
+schema a new prefix per candidate. ``BEFORE_LAST_INPUT`` gives the shared inputs (the schema), then the
+instructions and the format reminder, then the per-example input (the question), and leaves the
+instructions out of the system message: a rollout computes only its question, and every variant shares
+the schema's prefix. Measured on the demo task's 76 questions and 40 Spider questions, each placement on a
+fresh default server (`benchmarks/input_layout.py`; RESULTS.md, session 21): prompt tokens computed
+22,075 -> 9,325 and wall time 620 -> 412 s on the demo task for the seed and the seed plus the soft-deletion
+rule; the seed 4 -> 5 of 76 correct (1:0), the rule 23 -> 32 (10:1; 29:2 against the seed where it was
+23:4); the Spider seed 29 -> 32 of 40 (3:0), 137 -> 76 s. Every method's
+program goes through this adapter alike (seed, HERO-O, GEPA, MIPROv2), so the comparison stays fair; a
+signature with a single input (BigCodeBench's prompt) keeps ``SYSTEM_AND_RESTATED``'s layout.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def parse_request(request: Any) -> ScriptedRequest:
     body, _, reminder = user.partition("\n\nRespond with")
     body, _, after_inputs = body.partition(f"\n\n{INSTRUCTIONS_HEADER}\n")
     body = body.split(f"\n\n{RESTATED_HEADER}", 1)[0]
-    last_input = reminder.partition("\n\n")[2]  # an input given after the reminder (SYSTEM_AND_BEFORE_LAST_INPUT)
+    last_input = reminder.partition("\n\n")[2]  # an input given after the reminder (the BEFORE_LAST_INPUT placements)
     inputs = {name: value.strip() for name, value in _FIELD.findall(body) + _FIELD.findall(last_input)}
     instructions = after_inputs.strip()  # instructions given after the inputs only
     lowered = system.lower()
