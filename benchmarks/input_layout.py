@@ -28,6 +28,7 @@ from pathlib import Path
 import dspy
 
 from dspy_hero.bench.stats import fixes_and_breaks
+from dspy_hero.files import write_json_atomic
 from dspy_hero.lm.adapter import InstructionPlacement, ProgramAdapter
 from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
 from dspy_hero.metrics.base import score_of
@@ -113,8 +114,7 @@ def main() -> None:
                                                                          runs[f"{placement}/rule"]["rows"])
     print(json.dumps(summary))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({**summary, "runs": runs}, indent=2))
+        write_json_atomic(args.out, {**summary, "runs": runs})
 
 
 if __name__ == "__main__":
