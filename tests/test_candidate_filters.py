@@ -26,6 +26,12 @@ RULES = [
     "Dates may be stored as text in a local format - compare them by year, month and day with substr.",
     "Status columns hold codes, so match the stored code of the word in the question.",
     "Always qualify column names with their table alias.",
+    ("When a table has a column that flags sample or demo rows (such as is_sample or demo_row), those rows do "
+     "not count: always add the condition `<that column> = 0` to the WHERE clause."),
+    ("When a table has a column such as archived_at, category or deleted_at, the generated program should "
+     "filter on this column whenever it meets that kind of column, on any database."),
+    "When counting rows of a table, use COUNT(*) on that table only.",
+    "Whenever a table has a deleted_at column exclude the rows where it is set.",  # no comma to cut at
 ]
 
 NOT_RULES = [
@@ -34,6 +40,14 @@ NOT_RULES = [
     "Error: no such column: price",
     "Note: the database is SQLite and the query returned 3 rows.",
     "This case returned the wrong number of rows, so the answer was wrong.",
+    # conditionals whose main clause only describes (the 1.5B reflector, RESULTS.md session 22)
+    ("When a table has a column such as `archived_at` or `deleted_at`, the reference program filters on that "
+     "column, but the generated program does not."),
+    "When a table does not have a column that is referenced in a query, the query will fail.",
+    "When a table has a deletion column such as deleted_at, but the generated program does not filter on it.",
+    # a list's comma is not a clause break: "count)" and "count`" do not start a main clause
+    "When a table has columns (such as status, count), the reference program groups by them.",
+    "When the reference compares `status, count` values, the reference program uses equality.",
 ]
 
 
@@ -139,3 +153,15 @@ def test_a_rejected_rule_re_proposed_with_other_punctuation_is_not_tested_again(
         1, state, proposal, [], rejected, set())
     assert [r.status for r in records] == [CandidateStatus.DUPLICATE, CandidateStatus.QUEUED]
     assert [c.state.rules for c in queued] == [(other,)]
+
+
+def test_a_finding_then_what_to_do_is_kept_whole():
+    """The instruction in the second sentence needs the first one's antecedent ("these columns")."""
+    finding = ("When a table has a column such as `archived_at` or `deleted_at`, the reference program filters on "
+               "that column, but the generated program does not.")
+    todo = "If the generated program does not filter on these columns, it should always filter them."
+    assert clean_rule(f"{finding} {todo}") == (f"{finding} {todo}", None)
+    # an instruction first: only it is kept, as before
+    assert clean_rule(f"{todo} {finding}") == (todo, None)
+    # a finding followed by another finding is still not a rule
+    assert clean_rule(f"{finding} The query will fail.")[1] is not None

@@ -175,7 +175,8 @@ def test_a_rule_that_is_not_about_its_pattern_is_re_asked_with_the_opening_of_th
     cases = [failing("F1", "SELECT COUNT(*) FROM members WHERE country = 'Spain'", deleted("deleted_at")),
              failing("F2", "SELECT COUNT(*) FROM books WHERE category = 'Poetry'", deleted("archived_at"))]
     stray = "When a table has a column that flags members from a specific country (such as country), always leave those members out."
-    generic = "When a query filters on a column that is not present in the database schema, the result will be incorrect."
+    # (its words on that run ended "..., the result will be incorrect.": a finding, refused before this check)
+    generic = "When a query filters on a column that is not present in the database schema, check the schema first."
     good = "When a table has a column such as deleted_at or archived_at, always leave those rows out."
 
     def run(first: str, pool: list[Case]) -> tuple[list, list]:

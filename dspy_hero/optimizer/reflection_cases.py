@@ -63,13 +63,49 @@ _INSTRUCTION_START = re.compile(
 _CLAUSE_BREAK = re.compile(r"\s*(?::|;|\s[-\u2013\u2014]\s|,\s*so\s)\s*")
 
 
+# A conditional opening: its main clause, not the opening word, says whether there is anything to do.
+_CONDITIONAL = re.compile(r"^(?:when|whenever|if)\b", re.IGNORECASE)
+_MODAL = re.compile(r"\b(?:should|must|needs? to|has to|have to)\b", re.IGNORECASE)
+# A clause that opens with a subject states something ("the query will fail", "but the generated program
+# does not"); one that opens with a verb outside _INSTRUCTION_START ("take it from ...") may still instruct.
+_STATEMENT = re.compile(r"^(?:(?:but|and|or|so|then|yet|while|whereas)\s+)?(?:the|a|an|this|that|these|those|"
+                        r"it|its|they|their|there|such|both|no)\b", re.IGNORECASE)
+
+
+def _top_level_clauses(sentence: str) -> list[str]:
+    """The sentence cut at commas outside parentheses and backticks (a list in "(such as a, b)" stays whole)."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(sentence):
+        if ch == "`":
+            quoted = not quoted
+        elif not quoted and ch in "([":
+            depth += 1
+        elif not quoted and ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch == "," and not quoted and depth == 0:
+            parts.append(sentence[start:i].strip())
+            start = i + 1
+    return parts + [sentence[start:].strip()]
+
+
+def _instructs(clause: str) -> bool:
+    return bool(_INSTRUCTION_START.match(clause)) or any(
+        _INSTRUCTION_START.match(part) for part in _CLAUSE_BREAK.split(clause)[1:] if part)
+
+
 def reads_as_instruction(sentence: str) -> bool:
     """Does the sentence start with an instruction, or state a fact and then say what to do about it
     in a clause of its own (after ':', ';', a dash or ', so')? A declarative sentence with no such
-    clause ("The query failed because ...", "Amounts are stored in cents.") is not a rule."""
-    if _INSTRUCTION_START.match(sentence):
-        return True
-    return any(_INSTRUCTION_START.match(part) for part in _CLAUSE_BREAK.split(sentence)[1:] if part)
+    clause ("The query failed because ...", "Amounts are stored in cents.") is not a rule, and neither
+    is a conditional whose main clause only describes: the 1.5B reflector wrote "When a table has a
+    column such as `deleted_at`, the reference program filters on that column, but the generated
+    program does not." and put what to do in a second sentence (RESULTS.md session 22)."""
+    if _CONDITIONAL.match(sentence):
+        main = _top_level_clauses(sentence)[1:]  # what follows the condition (a list's items included)
+        if any(_instructs(c) or _MODAL.search(c) for c in main):
+            return True
+        return not any(_STATEMENT.match(c) for c in main)
+    return _instructs(sentence)
 _LEAD = re.compile(r"^(?:rule|new rule|general rule|answer)\s*[:\-]\s*", re.IGNORECASE)
 
 
@@ -384,18 +420,24 @@ def other_condition_problem(ours: list[str], theirs: list[str]) -> str:
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
-    """(rule, problem): the first sentence of a free-text answer, or why it is not a usable rule."""
+    """(rule, problem): the first sentence of a free-text answer (with the next one when only that one
+    says what to do), or why it is not a usable rule."""
     raw = str(text or "").strip()
     if not raw:
         return "", "empty answer"
     line = next((ln.strip() for ln in raw.splitlines() if ln.strip() and not ln.strip().startswith("[[")), "")
     line = _LEAD.sub("", line.lstrip("-*•0123456789.) ").strip().strip('"').strip())
-    sentence = re.split(r"(?<=[.!?])\s+", line, maxsplit=1)[0].strip()
+    sentences = [t.strip() for t in re.split(r"(?<=[.!?])\s+", line) if t.strip()] or [""]
+    sentence, instructive = sentences[0], reads_as_instruction(sentences[0])
+    if not instructive and len(sentences) > 1 and reads_as_instruction(sentences[1]):
+        # a finding, then what to do about it ("... the generated program does not. If it does not
+        # filter on these columns, it should ..."): the second sentence alone would lose its antecedent
+        sentence, instructive = f"{sentence} {sentences[1]}", True
     if _CODE.search(sentence):
         return sentence, "looks like code, not an instruction"
     if re.search(r"[{}\[\]#<>|\\]", _ROLE_PLACEHOLDER.sub("", sentence)):
         return sentence, "contains markup or code symbols"
-    if not reads_as_instruction(sentence):
+    if not instructive:
         return sentence, "does not read as an instruction (Always / Never / When / Use ..., or a fact then what to do)"
     words = re.findall(r"[A-Za-z]+", sentence)
     if len(words) < 4:
