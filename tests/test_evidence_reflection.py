@@ -177,10 +177,10 @@ def test_a_rule_that_is_not_about_its_pattern_is_re_asked_with_the_opening_of_th
     stray = "When a table has a column that flags members from a specific country (such as country), always leave those members out."
     # (its words on that run ended "..., the result will be incorrect.": a finding, refused before this check)
     generic = "When a query filters on a column that is not present in the database schema, check the schema first."
-    good = "When a table has a column such as deleted_at or archived_at, always leave those rows out."
+    good = "When a table has a column such as deleted_at or archived_at, always add the condition `<that column> IS NULL`."
 
     def run(first: str, pool: list[Case]) -> tuple[list, list]:
-        rl = scripted_lm(reflector_taking_the_opening("always leave those rows out.", first))
+        rl = scripted_lm(reflector_taking_the_opening("always add the condition `<that column> IS NULL`.", first))
         with dspy.context(lm=rl):
             proposal = CaseRuleProposer().propose(ctx(pool, 1))
         return [(e.rule, e.problem) for e in proposal.edits], engine_of(rl).calls
@@ -354,8 +354,11 @@ def test_a_pattern_that_mixes_kinds_is_asked_through_its_recurring_kind():
 def test_a_rule_whose_condition_is_not_the_references_is_re_asked_with_theirs():
     """Asked about `archived_at IS NULL` and `deleted_at IS NULL`, the 1.5B reflector kept the worked
     example's `<that column> = 0` around the right names (soft-deletion task, session 11). Such a rule
-    is re-asked, shown again with the references' conditions; a rule with their form (a role
-    placeholder or a column name), or with no quoted condition, is kept at once."""
+    is re-asked, shown again with the references' conditions; so is one that quotes no condition where
+    the instances add one of one form ("... it should always filter them", session 22: 5 fixes of 30
+    pairs, where the same rule with `<that column> IS NULL` fixed 29 of 76 questions). A rule with their
+    form (a role placeholder or a column name) is kept at once, and so is a rule without a condition
+    when the instances' conditions are of different forms."""
     from dspy_hero.diagnosis import Category, Diagnosis, Fact
 
     def failing(cid: str, column: str) -> Case:
@@ -385,7 +388,18 @@ def test_a_rule_whose_condition_is_not_the_references_is_re_asked_with_theirs():
            "`deleted_at IS NULL`)" in reask and wrong in reask
     edits, _ = run(wrong, wrong, wrong)  # never corrected: on record with its problem, not a candidate
     assert edits[0][1].startswith("its condition")
-    for kept in (right, right.replace("<that column>", "deleted_at"),
-                 "When a table has a column such as archived_at or deleted_at, always leave those rows out."):
+    for kept in (right, right.replace("<that column>", "deleted_at")):
         edits, calls = run(kept)
         assert len(calls) == 1 and edits == [(kept, None)]
+    vague = "When a table has a column such as archived_at or deleted_at, always leave those rows out."
+    edits, calls = run(vague, right)
+    assert len(calls) == 2 and edits == [(right, None)]
+    assert ("it does not say which condition to add; the reference programs add `archived_at IS NULL`, "
+            "`deleted_at IS NULL`") in calls[1].inputs["failure_pattern"]
+    # one instance, or instances of different forms: nothing recurs to ask for, the rule is kept
+    for pool in ([cases[0]], [cases[0], failing("F3", "price > 10")]):
+        told = iter([vague])
+        rl = scripted_lm(lambda req: {"rule": next(told)})
+        with dspy.context(lm=rl):
+            proposal = CaseRuleProposer().propose(ctx(pool, 1))
+        assert [(e.rule, e.problem) for e in proposal.edits] == [(vague, None)]

@@ -395,7 +395,8 @@ _COMPARISON = re.compile(r"(?:[=<>]|\b(?:is|like|in|between)\b)", re.IGNORECASE)
 def other_condition(rule: str, pattern: str, category: str) -> tuple[list[str], list[str]] | None:
     """For a pattern of conditions the reference adds (`Category.REF_FILTER`): (the rule's conditions,
     the instances' conditions) when the rule quotes conditions and none has the form of any instance's
-    (`instance_kind`, a role placeholder read as a name); else None.
+    (`instance_kind`, a role placeholder read as a name), or quotes none where two or more instances
+    add conditions of one form; else None.
 
     Why: asked about `archived_at IS NULL` and `deleted_at IS NULL` (soft-deletion task, session 11),
     the 1.5B reflector put those names into the worked example's sentence and kept its condition:
@@ -405,18 +406,26 @@ def other_condition(rule: str, pattern: str, category: str) -> tuple[list[str], 
         return None
     theirs = _ADDED_CONDITION.findall(pattern)
     ours = [c for c in re.findall(r"`([^`]+)`", rule) if _COMPARISON.search(c)]
-    if not theirs or not ours:
+    if not theirs:
         return None
     kinds = {instance_kind(f"`{c}`") for c in theirs}
+    if not ours:
+        # No condition at all, where the instances add one of one form: "... it should always filter
+        # them" (session 22) fixed 5 of 30 pairs, the same rule with `<that column> IS NULL` 29 of 76.
+        return ([], list(dict.fromkeys(theirs))) if len(theirs) >= 2 and len(kinds) == 1 else None
     if any(instance_kind("`" + re.sub(r"<[^<>`]+>", "x", c) + "`") in kinds for c in ours):
         return None
     return ours, list(dict.fromkeys(theirs))
 
 
 def other_condition_problem(ours: list[str], theirs: list[str]) -> str:
-    """What the re-ask says about a rule whose condition is not the references' (`other_condition`)."""
+    """What the re-ask says about a rule whose condition is not the references' (`other_condition`), or
+    that names none."""
+    added = ', '.join(f'`{c}`' for c in theirs[:3])
+    if not ours:
+        return f"it does not say which condition to add; the reference programs add {added}; say what they add"
     return (f"its condition {', '.join(f'`{c}`' for c in ours)} is not the one the reference programs add "
-            f"({', '.join(f'`{c}`' for c in theirs[:3])}); say what they add")
+            f"({added}); say what they add")
 
 
 def clean_rule(text: str) -> tuple[str, str | None]:
