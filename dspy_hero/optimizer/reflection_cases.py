@@ -408,14 +408,14 @@ def other_condition(rule: str, pattern: str, category: str) -> tuple[list[str], 
     ours = [c for c in re.findall(r"`([^`]+)`", rule) if _COMPARISON.search(c)]
     if not theirs:
         return None
-    kinds = {instance_kind(f"`{c}`") for c in theirs}
+    kinds, distinct = {instance_kind(f"`{c}`") for c in theirs}, list(dict.fromkeys(theirs))
     if not ours:
         # No condition at all, where the instances add one of one form: "... it should always filter
         # them" (session 22) fixed 5 of 30 pairs, the same rule with `<that column> IS NULL` 29 of 76.
-        return ([], list(dict.fromkeys(theirs))) if len(theirs) >= 2 and len(kinds) == 1 else None
+        return ([], distinct) if len(theirs) >= 2 and len(kinds) == 1 else None
     if any(instance_kind("`" + re.sub(r"<[^<>`]+>", "x", c) + "`") in kinds for c in ours):
         return None
-    return ours, list(dict.fromkeys(theirs))
+    return ours, distinct
 
 
 def other_condition_problem(ours: list[str], theirs: list[str]) -> str:
