@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dspy_hero.optimizer.acceptance import (
+    EvenShares,
+    RankedShares,
     SignTestAcceptance,
     binom_sf,
     cp_lower,
@@ -178,3 +180,33 @@ def test_pairs_to_detect_is_the_first_size_at_which_such_a_rule_passes():
         # ...and one pair fewer is not enough at the last look's least level
         level = rule.alpha / family * (1 - rule.early_share)
         assert improvement_bounds(math.floor(share * (n - 1)), 0, n - 1, level)[0] <= 0
+
+
+def test_ranked_shares_give_the_first_candidate_half_and_never_exceed_the_level():
+    assert RankedShares().shares(1) == (1.0,) and RankedShares().shares(0) == ()
+    assert RankedShares().shares(2) == (0.5, 0.5)
+    assert RankedShares().shares(3) == (0.5, 0.25, 0.25)
+    assert RankedShares(first=0.2).shares(4) == (0.25, 0.25, 0.25, 0.25)  # never below the even share
+    assert EvenShares().shares(4) == (0.25,) * 4
+    for k in range(1, 9):
+        for rule in (RankedShares(), RankedShares(0.8), EvenShares()):
+            assert sum(rule.shares(k)) <= 1.0 + 1e-12 and len(rule.shares(k)) == k
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError):
+            RankedShares(bad)
+
+
+def test_half_the_rounds_level_adopts_the_soft_deletion_rule_an_even_split_refused():
+    """RESULTS.md session 22: the first of four candidates went 10:1 on 30 pairs (p = 0.0059) at a
+    round level of 0.1 / 5. An even split (family 4) refuses it; half the level (family 2) adopts it.
+    A family size that is not a whole number is a share, not rounded down to a laxer level."""
+    rule = SignTestAcceptance(alpha=0.1 / 5, max_size=64)
+    order = [f"u{i}" for i in range(30)]
+    outcome = {i: FIX for i in order[:10]} | {order[10]: BREAK} | {i: TIE for i in order[11:]}
+    pairs = lambda ids: {i: outcome[i] for i in ids}  # noqa: E731
+    assert not rule.decide("c", order, pairs, family_size=4).accepted
+    dec = rule.decide("c", order, pairs, family_size=2)
+    assert dec.accepted and (dec.fixes, dec.breaks) == (10, 1)
+    assert rule.start("c", order, family_size=2.5).alpha == pytest.approx(0.1 / 5 / 2.5)
+    assert rule.pairs_to_detect(0.3, family_size=1 / (1 / 6)) == rule.pairs_to_detect(0.3, family_size=6)
+    assert rule.pairs_to_detect(0.25, family_size=1.9) == 28 > rule.pairs_to_detect(0.25, family_size=1) == 24

@@ -22,7 +22,7 @@ from optimizer_toy import (
 from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
 from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
 from dspy_hero.lm.scripted import engine_of, scripted_lm
-from dspy_hero.optimizer.acceptance import SignTestAcceptance
+from dspy_hero.optimizer.acceptance import EvenShares, RankedShares, SignTestAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, SelectionOutcome
 from dspy_hero.optimizer.budget import Budget
 from dspy_hero.optimizer.hero import HeroOptimizer
@@ -363,6 +363,60 @@ class DecideOnly:
 
     def decide(self, candidate_id, order, pair_scores, *, family_size=1):
         return self.inner.decide(candidate_id, order, pair_scores, family_size=family_size)
+
+
+class RecordingAcceptance:
+    """The sound rule, recording each test's family size (1 / its share of the round's level)."""
+
+    def __init__(self):
+        self.inner, self.families = SignTestAcceptance(max_size=64, alpha=0.1), {}
+
+    def pairs_to_detect(self, fix_share, *, family_size=1):
+        return self.inner.pairs_to_detect(fix_share, family_size=family_size)
+
+    def start(self, candidate_id, order, *, family_size=1):
+        self.families[candidate_id] = family_size
+        return self.inner.start(candidate_id, order, family_size=family_size)
+
+
+@pytest.mark.parametrize("shares, want", [(None, [2, 4, 4]), (EvenShares(), [3, 3, 3]), (RankedShares(0.6), [1 / 0.6, 5, 5])])
+def test_a_rounds_level_is_split_by_the_shares_in_proposal_order(shares, want):
+    """The first, pattern-ranked candidate gets half of the round's level by default, the others the
+    rest evenly; the shares follow the order the reflector proposed them in, and never sum above 1."""
+    rec = RecordingAcceptance()
+    rl = reflection_lm([[COUNT_RULE, SUM_RULE, NOOP_RULE]])
+    res = compile_toy(None, rl=rl, num_rounds=1, num_candidates=3, detectable_fix_share=0, acceptance=rec,
+                      level_shares=shares).detailed_results
+    tested = [c for c in res.rounds[0].candidates if c.decision is not None]
+    assert [c.edit for c in tested] == [f"ADD: {r}" for r in (COUNT_RULE, SUM_RULE, NOOP_RULE)]
+    assert [rec.families[c.candidate_id] for c in tested] == pytest.approx(want)
+    assert sum(1 / f for f in rec.families.values()) <= 1 + 1e-9
+    assert [c.decision.level <= 0.1 / f + 1e-12 for c, f in zip(tested, want)] == [True] * 3
+
+
+def test_a_round_funds_only_as_many_candidates_as_its_strictest_share_can_decide():
+    """With four candidates the ranked split holds three of them to 1/6 of the round's level, where an
+    even split holds each to 1/4; funding must size the tests for the strictest one, so at the same
+    budget the ranked split funds fewer candidates (each with more pairs)."""
+    rules = [COUNT_RULE, SUM_RULE, NOOP_RULE, "Write SQL keywords in upper case for readability."]
+    kw = dict(n=160, num_rounds=1, num_candidates=4, max_metric_calls=225)
+    tested = {}
+    for name, shares in (("ranked", None), ("even", EvenShares())):
+        res = compile_toy(None, rl=reflection_lm([rules] * 3), level_shares=shares, **kw).detailed_results
+        tested[name] = [c.decision.n for c in res.rounds[0].candidates if c.decision is not None]
+    assert len(tested["ranked"]) < len(tested["even"]) == 4, tested
+    assert min(tested["ranked"]) > max(tested["even"])
+
+
+class Overspending:
+    def shares(self, k):
+        return (0.5,) * k
+
+
+def test_shares_that_would_break_the_false_adoption_bound_are_refused():
+    with pytest.raises(ValueError, match="summing to at most 1"):
+        compile_toy(None, rl=reflection_lm([[COUNT_RULE, SUM_RULE, NOOP_RULE]]), num_rounds=1, num_candidates=3,
+                    detectable_fix_share=0, level_shares=Overspending())
 
 
 def test_an_acceptance_rule_that_cannot_size_its_tests_is_funded_by_first_looks_and_says_so(caplog):

@@ -116,8 +116,10 @@ class HeroOptimizer(Teleprompter):
 
     Adoption is a test (acceptance.py): a candidate is adopted only when an exact one-sided sign test
     on its paired fixes vs. breaks shows it better than the current prompt and its lower bound on
-    (fixes - breaks) / n exceeds ``acceptance_margin``, at level ``acceptance_alpha / (T * K)`` per
-    candidate (``acceptance_initial`` pairs first, more only while undecided, at most
+    (fixes - breaks) / n exceeds ``acceptance_margin``, at level ``acceptance_alpha / T`` per round, split
+    over its K candidates by ``level_shares`` (default ``RankedShares(0.5)``: half to the first,
+    pattern-ranked candidate, the rest evenly; ``EvenShares()`` is plain Bonferroni, alpha / (T * K)
+    each) (``acceptance_initial`` pairs first, more only while undecided, at most
     ``acceptance_max``); a test that runs out of pairs or budget undecided is a rejection; among a
     round's accepted candidates the best lower bound is adopted. A round tests only as many candidates as
     its budget funds with enough pairs that a rule fixing ``detectable_fix_share`` of them (default 0.25)
@@ -132,7 +134,7 @@ class HeroOptimizer(Teleprompter):
     adopted in 7 of 8, a rule that fixes 10% and breaks 20% never.
 
     The decision objects ``pool_splitter``, ``evidence_renderer``, ``proposer``, ``guard``,
-    ``acceptance`` and ``selector`` replace the defaults.
+    ``acceptance``, ``selector`` and ``level_shares`` replace the defaults.
     """
 
     def __init__(
@@ -194,6 +196,7 @@ class HeroOptimizer(Teleprompter):
         guard: Any = None,
         acceptance: Any = None,
         selector: Any = None,
+        level_shares: Any = None,
         max_errors: int | None = None,
         verbose: bool = False,
         # dspy.MIPROv2's arguments
@@ -244,7 +247,7 @@ class HeroOptimizer(Teleprompter):
         if proposer is None and instruction_proposer is not None:
             proposer = instruction_proposer if hasattr(instruction_proposer, "propose") else GepaProposerAdapter(instruction_proposer)
         self.pool_splitter, self.evidence_renderer, self.proposer = pool_splitter, evidence_renderer, proposer
-        self.guard, self.acceptance, self.selector = guard, acceptance, selector
+        self.guard, self.acceptance, self.selector, self.level_shares = guard, acceptance, selector, level_shares
         given = dict(
             reflection_minibatch_size=reflection_minibatch_size, candidate_selection_strategy=candidate_selection_strategy,
             skip_perfect_score=skip_perfect_score, code_proposer=code_proposer, use_merge=use_merge,
@@ -289,7 +292,7 @@ class HeroOptimizer(Teleprompter):
         if changes:
             settings = HeroSettings(**{**settings.__dict__, **changes})
         overrides = Overrides(self.pool_splitter, self.evidence_renderer, self.proposer, self.guard,
-                              self.acceptance, self.selector)
+                              self.acceptance, self.selector, self.level_shares)
         with dspy.context(lm=self.task_model) if self.task_model is not None else contextlib.nullcontext():
             run = HeroRun(settings, overrides, self.metric, self.reflection_lm, student, list(trainset or []),
                           list(valset) if valset else None)

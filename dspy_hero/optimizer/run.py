@@ -7,7 +7,7 @@ for plan in planner.rounds():                       # owns the budget
     for ctx in proposals.contexts(evidence):         # K calls over different slices, temperature > 0
                                                      #   (a question asked before: fresh seeds; at T=0 none)
         cands += builder.build(reflect(ctx))         # not-a-rule filter, guard, dedup vs rejected
-    for c in cands: c.decision = acceptance.decide(c, update pool, a fair share, family_size=K)
+    for c in cands: c.decision = acceptance.decide(c, update pool, a fair share, family_size=1/share(c))
     adopter.adopt(cands)                             # accepted ones only, by lower bound
 final = selector.select(archive, selection pool)     # then held-out lineage is re-scored
 ```
@@ -39,7 +39,7 @@ from dspy_hero.metrics.base import (
     program_inputs,
     required_inputs,
 )
-from dspy_hero.optimizer.acceptance import SignTestAcceptance
+from dspy_hero.optimizer.acceptance import RankedShares, SignTestAcceptance
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, resolve_budget
 from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
@@ -91,6 +91,7 @@ class Overrides:
     guard: Any = None
     acceptance: Any = None
     selector: Any = None
+    level_shares: Any = None
 
 
 def tokens_of(instructions: dict[str, str]) -> int:
@@ -276,6 +277,7 @@ class HeroRun:
         self.acceptance = o.acceptance or SignTestAcceptance(margin=s.acceptance_margin, initial=s.acceptance_initial,
                                                              max_size=s.acceptance_max,
                                                              alpha=s.acceptance_alpha / max(1, s.num_rounds))
+        self.level_shares = o.level_shares or RankedShares()
         self.adopter = LowerBoundAdopter(lambda text: approx_tokens(text))
         self.selector = o.selector or AdaptiveSelector(alpha=s.acceptance_alpha)
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
@@ -424,19 +426,21 @@ class HeroRun:
         return queued
 
     def _test(self, tested: list[Candidate], order: list[str], cur: dict[str, str], name: str) -> None:
-        """Every candidate's acceptance test, each at alpha / len(tested). The looks are interleaved:
+        """Every candidate's acceptance test, each at its share of alpha (`level_shares`, in proposal
+        order). The looks are interleaved:
         each round of looks buys the next sample of every test still open, the same number of pairs
         for each when the round cannot afford all of them, so the allowance is split fairly and goes
         to the candidates still undecided. A rule with only `decide()` gets equal shares in turn."""
         instr = [{**cur, name: c.state.render()} for c in tested]
         scorers = [self._pair_scores(instructions_key(cur), cur, i, c.record.candidate_id) for i, c in zip(instr, tested)]
+        families = self._families(len(tested))
         if not hasattr(self.acceptance, "start"):
             for i, cand in enumerate(tested):
                 pairs = self._affordable(order, instructions_key(cur), instructions_key(instr[i]), len(tested) - i)
                 cand.record.decision = self.acceptance.decide(cand.record.candidate_id, order[:pairs], scorers[i],
-                                                              family_size=len(tested))
+                                                              family_size=families[i])
             return
-        tests = [self.acceptance.start(c.record.candidate_id, order, family_size=len(tested)) for c in tested]
+        tests = [self.acceptance.start(c.record.candidate_id, order, family_size=f) for c, f in zip(tested, families)]
         while live := [k for k, t in enumerate(tests) if not t.done]:
             wants = {k: tests[k].want() for k in live}
             p = self._even_pairs(wants, instructions_key(cur), {k: instructions_key(instr[k]) for k in live})
@@ -484,11 +488,20 @@ class HeroRun:
             m -= 1
         return m
 
-    def _pairs_needed(self, family: int, usable: int) -> float:
+    def _families(self, k: int) -> list[float]:
+        """Each of `k` candidates' family size, 1 / its share of the round's level (`level_shares`)."""
+        shares = tuple(self.level_shares.shares(k))
+        if len(shares) != k or any(x <= 0 for x in shares) or sum(shares) > 1.0 + 1e-9:
+            raise ValueError(f"{type(self.level_shares).__name__}.shares({k}) = {shares}: need {k} positive "
+                             "shares summing to at most 1, or the run's false-adoption bound does not hold")
+        return [1.0 / x for x in shares]
+
+    def _pairs_needed(self, candidates: int, usable: int) -> float:
         floor = 2 * self.s.acceptance_initial
         if self.detect is None:
             return floor
-        n = self.detect(self.s.detectable_fix_share, family_size=family)
+        # the strictest test of the round must still be able to adopt such a rule
+        n = self.detect(self.s.detectable_fix_share, family_size=max(self._families(candidates)))
         return max(floor, usable if n is None else min(n, usable))
 
     def _affordable(self, order: list[str], cur_key: str, cand_key: str | None, candidates: int) -> int:
