@@ -7,7 +7,9 @@
    = alpha / 20, the level of one candidate in an auto="light" run) next to the old rule (an adjusted normal bound that decided on the point estimate when undecided).
 2. The full HERO-O loop (`auto="light"`, 120 examples, scripted LMs, the real optimizer) in a null
    world (every proposed rule is noise) and a helpful-rule world (a +20-point rule, a rule that fixes
-   10% and breaks 20%, and noise), 8 seeds each, with the sound rule and with the old rule.
+   10% and breaks 20%, and noise), 8 seeds each, with the sound rule (its default ranked level shares:
+   half of a round's level to the first candidate), the sound rule with an even split (`sound_even`,
+   plain Bonferroni) and the old rule.
 
 Prints the tables and writes benchmarks/results/acceptance.json. A simulation of mechanics: see
 dspy_hero/bench/simulate_worlds.py (RuleEffectWorld).
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from dspy_hero.bench.simulate import effect_world_lms, effect_world_task
 from dspy_hero.bench.simulate_worlds import RuleEffect, RuleEffectWorld
 from dspy_hero.lm.scripted import engine_of
-from dspy_hero.optimizer.acceptance import Decision, SignTestAcceptance
+from dspy_hero.optimizer.acceptance import Decision, EvenShares, SignTestAcceptance
 from dspy_hero.optimizer.hero import HeroOptimizer
 
 EFFECTS = (0.0, 0.05, 0.10, 0.20)
@@ -150,11 +152,16 @@ def run_loop(world: RuleEffectWorld, seed: int, old: bool, examples: int = 120, 
     }
 
 
-def part2(seeds: int) -> dict:
+LOOP_RULES = ("sound", "sound_even", "old")
+
+
+def part2(seeds: int, rules: tuple[str, ...] = LOOP_RULES) -> dict:
     out = {}
     for name, known in (("null", ()), ("helpful", (HELPFUL, HARMFUL))):
-        for rule in ("sound", "old"):
-            runs = [run_loop(RuleEffectWorld(salt=f"{name}{s}", known=known), s, old=rule == "old") for s in range(seeds)]
+        for rule in rules:
+            extra = {"level_shares": EvenShares()} if rule == "sound_even" else {}
+            runs = [run_loop(RuleEffectWorld(salt=f"{name}{s}", known=known), s, old=rule == "old", **extra)
+                    for s in range(seeds)]
             out[f"{name}/{rule}"] = runs
     return out
 
@@ -179,26 +186,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--loop-rules", default=",".join(LOOP_RULES),
+                    help=f"part 2's acceptance variants, comma-separated from {LOOP_RULES}")
+    ap.add_argument("--skip-decisions", action="store_true", help="run part 2 only")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "acceptance.json"))
     args = ap.parse_args()
     logging.getLogger("dspy_hero").setLevel(logging.ERROR)
 
-    rows = part1(args.reps)
-    print(f"1. One acceptance decision: adoption rate ({args.reps} simulations per cell; alpha = 0.1; pool max(48, n))")
-    print(f"{'max n':>5} {'effect':>7} {'sound':>7} {'sound a/4':>9} {'a/20 loop':>9} {'old':>7}")
+    rules = tuple(r for r in args.loop_rules.split(",") if r)
+    if unknown := set(rules) - set(LOOP_RULES):
+        ap.error(f"--loop-rules: unknown {sorted(unknown)}; choose from {LOOP_RULES}")
+    rows = [] if args.skip_decisions else part1(args.reps)
+    if rows:
+        print(f"1. One acceptance decision: adoption rate ({args.reps} simulations per cell; alpha = 0.1; pool max(48, n))")
+        print(f"{'max n':>5} {'effect':>7} {'sound':>7} {'sound a/4':>9} {'a/20 loop':>9} {'old':>7}")
     for r in rows:
         print(f"{r['max_pairs']:>5} {'+' + str(r['effect_points']) if r['effect_points'] else 'null':>7} "
               f"{r['sound']:>7.3f} {r['sound_alpha_over_4']:>9.3f} {r['sound_alpha_over_20']:>9.3f} {r['old']:>7.3f}")
 
-    loops = part2(args.seeds)
+    loops = part2(args.seeds, rules)
     summary = {k: summarize(v) for k, v in loops.items()}
     print(f"\n2. Full HERO-O loop, auto='light', 120 examples, {args.seeds} seeds (scripted rule-effect worlds)")
-    print(f"{'world/rule':<14} {'noise kept':>10} {'+20 kept':>8} {'harmful':>7} {'tested':>6} {'calls':>7} "
+    print(f"{'world/rule':<19} {'noise kept':>10} {'+20 kept':>8} {'harmful':>7} {'tested':>6} {'calls':>7} "
           f"{'in-sample f:b':>13} {'held-out f:b':>12}")
     for k, s in summary.items():
         helpful = f"{s['seeds_with_helpful_in_final']}/{s['seeds']}" if k.startswith("helpful") else "-"
         harmful = f"{s['seeds_with_harmful_in_final']}/{s['seeds']}" if k.startswith("helpful") else "-"
-        print(f"{k:<14} {s['seeds_with_noise_in_final']:>7}/{s['seeds']:<2} {helpful:>8} {harmful:>7} "
+        print(f"{k:<19} {s['seeds_with_noise_in_final']:>7}/{s['seeds']:<2} {helpful:>8} {harmful:>7} "
               f"{s['mean_candidates_tested']:>6.1f} {s['mean_metric_calls']:>4.0f}/{s['budget']:<4} "
               f"{s['in_sample_fix_break'][0]:>6}:{s['in_sample_fix_break'][1]:<6} "
               f"{s['held_out_fix_break'][0]:>5}:{s['held_out_fix_break'][1]:<6}")

@@ -306,8 +306,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
                    help="HERO-O: show the reflector its TRAINING cases' reference programs and their diff "
                         "(label-free evidence otherwise; recorded in meta.json)")
     p.add_argument("--rounds", type=int, default=None,
-                   help="HERO-O rounds T (default: its auto level's, 5 for light). Each candidate is tested at level "
-                        "alpha/(T*K), so at small budgets fewer rounds and candidates give the one affordable test power")
+                   help="HERO-O rounds T (default: its auto level's, 5 for light). Each round holds alpha/T, split over its "
+                        "K candidates (half to the first by default), so at small budgets fewer rounds and candidates give the one affordable test power")
     p.add_argument("--candidates", type=int, default=None, help="HERO-O candidates K per round (default: 4 for light)")
     p.add_argument("--ves-repetitions", type=int, default=5, help="timing repetitions for SQL VES (0: skip VES)")
     p.add_argument("--aggregate", nargs="+", default=None, metavar="RUN_DIR",

@@ -1,6 +1,7 @@
 """Does a small budget adopt more right rules when a round tests fewer, better-funded candidates?
 
-HERO-O tests each candidate at alpha / (T * K'), K' the candidates a round tests. Splitting a small
+HERO-O tests each candidate at a share of alpha / T, split over the K' candidates a round tests
+(alpha / (T * K') with `EvenShares`; by default half goes to the first candidate). Splitting a small
 budget over four candidates gives each ~12-20 pairs at alpha / 20, where even a rule that fixes a
 fifth of the questions and breaks none cannot pass. By default a round tests only as many candidates
 as get the pairs to detect a rule fixing `detectable_fix_share` (0.25) of them; 0 restores the old

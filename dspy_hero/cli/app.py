@@ -216,8 +216,8 @@ def _run(fn, *args, **kwargs) -> Any:
 # (17 fixes : 2 breaks on the demo's 56 training questions, measured) is adopted by the real sign test at
 # level 0.1 in ~88% of random 27-pair draws and ~64% of the 19-pair draws that 60 rollouts fund
 # (benchmarks/demo_power.py; RESULTS.md, session 9). Plus 3 x 20 held-out evaluations.
-# One round with one candidate: the sound test's level is acceptance_alpha / (T * K), so every extra
-# round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
+# One round with one candidate: a round holds acceptance_alpha / T, split over its K candidates, so every
+# extra round or candidate a budget this small cannot fund only makes the one test it can fund stricter.
 DEMO_MAX_METRIC_CALLS = 80
 DEMO_ROUNDS = 1
 DEMO_CANDIDATES = 1

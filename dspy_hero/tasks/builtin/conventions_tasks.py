@@ -734,7 +734,7 @@ def demo_subset(examples: Sequence[dspy.Example], size: int, seed: int,
     Why: on the full task most questions touch two or more conventions, and a writer who misses any
     one of them still answers wrongly, so one correct rule alone fixes few questions (on the old
     84-question demo, 1 to 4 of 48 update pairs per rule). A sound paired test at the run's level
-    (alpha / (T * K), about 8 fixes and no break) can then adopt nothing in a demo-sized run, even
+    (a share of alpha / T, about 8 fixes and no break) can then adopt nothing in a demo-sized run, even
     though the rule is right. A subset where a rule's own questions are common lets a demo-sized
     run show the mechanism -- a rule adopted on some databases, tested on others -- while the
     multi-convention questions keep showing that one rule is not the whole story. Every method
