@@ -35,7 +35,9 @@ approximately; before the first adoption (the null world) it is exact. The exact
 so measured rates are below the bound: ``python benchmarks/acceptance.py`` gives, per decision at
 alpha = 0.1 and up to 32 pairs, 0.030 for a null candidate (0.001 at the loop's alpha / 20) against
 0.425 for the old point-estimate rule, and a noise rule in the final program in 1 of 8 seeds
-(old rule: 7 of 8) while a +20-point rule is adopted in 7 of 8.
+(old rule: 7 of 8) while a +20-point rule is adopted in 8 of 8. Ranked against even shares over 160
+seeds (``--seeds 160 --loop-rules sound,sound_even``): noise kept in 6 of 160 with either split, the
++20-point rule in 152 against 146.
 """
 
 from __future__ import annotations

@@ -131,7 +131,8 @@ class HeroOptimizer(Teleprompter):
     candidate that is not better than the prompt it replaces with probability <= ``acceptance_alpha``
     (default 0.1; exact before the first adoption, see acceptance.py). Measured (scripted worlds,
     ``benchmarks/acceptance.py``): noise kept in 1 of 8 seeds (old rule: 7 of 8), a +20-point rule
-    adopted in 7 of 8, a rule that fixes 10% and breaks 20% never.
+    adopted in 8 of 8, a rule that fixes 10% and breaks 20% never; over 160 seeds noise is kept in 6
+    with ranked shares and in 6 with even shares, the +20-point rule in 152 and in 146.
 
     The decision objects ``pool_splitter``, ``evidence_renderer``, ``proposer``, ``guard``,
     ``acceptance``, ``selector`` and ``level_shares`` replace the defaults.
