@@ -150,7 +150,7 @@ class EvenShares:
     """Plain Bonferroni: 1/K each."""
 
     def shares(self, k: int) -> tuple[float, ...]:
-        return tuple(1.0 / k for _ in range(k)) if k > 0 else ()
+        return tuple(1.0 / k for _ in range(k))
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,16 @@ class RankedShares:
             return (1.0,) * k
         first = max(self.first, 1.0 / k)  # never below the even share
         return (first,) + tuple((1.0 - first) / (k - 1) for _ in range(k - 1))
+
+
+def family_sizes(level_shares: LevelShares, k: int) -> list[float]:
+    """Each of `k` candidates' family size, 1 / its share of the round's level; shares that are not
+    `k` positive parts summing to at most 1 are refused, since they would break the run's bound."""
+    shares = tuple(level_shares.shares(k))
+    if len(shares) != k or any(x <= 0 for x in shares) or sum(shares) > 1.0 + 1e-9:
+        raise ValueError(f"{type(level_shares).__name__}.shares({k}) = {shares}: need {k} positive "
+                         "shares summing to at most 1, or the run's false-adoption bound does not hold")
+    return [1.0 / x for x in shares]
 
 
 class SignTestAcceptance:

@@ -39,7 +39,7 @@ from dspy_hero.metrics.base import (
     program_inputs,
     required_inputs,
 )
-from dspy_hero.optimizer.acceptance import RankedShares, SignTestAcceptance
+from dspy_hero.optimizer.acceptance import RankedShares, SignTestAcceptance, family_sizes
 from dspy_hero.optimizer.archive import AdaptiveSelector, ArchiveEntry
 from dspy_hero.optimizer.budget import Budget, resolve_budget
 from dspy_hero.optimizer.checkpoint import Journal, fingerprint, journaled_lm
@@ -277,7 +277,9 @@ class HeroRun:
         self.acceptance = o.acceptance or SignTestAcceptance(margin=s.acceptance_margin, initial=s.acceptance_initial,
                                                              max_size=s.acceptance_max,
                                                              alpha=s.acceptance_alpha / max(1, s.num_rounds))
-        self.level_shares = o.level_shares or RankedShares()
+        level_shares = o.level_shares or RankedShares()
+        # checked for every round size now, before any LM call: k -> each candidate's family size
+        self.families = {k: family_sizes(level_shares, k) for k in range(1, s.num_candidates + 1)}
         self.adopter = LowerBoundAdopter(lambda text: approx_tokens(text))
         self.selector = o.selector or AdaptiveSelector(alpha=s.acceptance_alpha)
         self.current = {n: parse_instructions(p.signature.instructions) for n, p in self.student.named_predictors()}
@@ -433,7 +435,7 @@ class HeroRun:
         to the candidates still undecided. A rule with only `decide()` gets equal shares in turn."""
         instr = [{**cur, name: c.state.render()} for c in tested]
         scorers = [self._pair_scores(instructions_key(cur), cur, i, c.record.candidate_id) for i, c in zip(instr, tested)]
-        families = self._families(len(tested))
+        families = self.families[len(tested)]
         if not hasattr(self.acceptance, "start"):
             for i, cand in enumerate(tested):
                 pairs = self._affordable(order, instructions_key(cur), instructions_key(instr[i]), len(tested) - i)
@@ -488,20 +490,12 @@ class HeroRun:
             m -= 1
         return m
 
-    def _families(self, k: int) -> list[float]:
-        """Each of `k` candidates' family size, 1 / its share of the round's level (`level_shares`)."""
-        shares = tuple(self.level_shares.shares(k))
-        if len(shares) != k or any(x <= 0 for x in shares) or sum(shares) > 1.0 + 1e-9:
-            raise ValueError(f"{type(self.level_shares).__name__}.shares({k}) = {shares}: need {k} positive "
-                             "shares summing to at most 1, or the run's false-adoption bound does not hold")
-        return [1.0 / x for x in shares]
-
     def _pairs_needed(self, candidates: int, usable: int) -> float:
         floor = 2 * self.s.acceptance_initial
         if self.detect is None:
             return floor
         # the strictest test of the round must still be able to adopt such a rule
-        n = self.detect(self.s.detectable_fix_share, family_size=max(self._families(candidates)))
+        n = self.detect(self.s.detectable_fix_share, family_size=max(self.families[candidates]))
         return max(floor, usable if n is None else min(n, usable))
 
     def _affordable(self, order: list[str], cur_key: str, cand_key: str | None, candidates: int) -> int:
