@@ -63,6 +63,7 @@ class CompareConfig:
     deterministic: bool = True  # embedded model: one slot, pinned shared-prefix reuse, so re-runs repeat themselves
     stdlib_only: bool = False
     refine_only_failing: bool = False  # HERO-T: leave programs that execute cleanly alone (CPU time)
+    refine_repairs: bool = True  # HERO-T: programmatic repairs of failing programs before the reviser
     training_references: bool = False  # HERO-O reflects with its TRAINING cases' reference programs
     rounds: int | None = None  # HERO-O's T (None: its `auto` level's); a small budget funds one well-powered test
     candidates: int | None = None  # HERO-O's K per round (None: its `auto` level's)
@@ -177,20 +178,20 @@ def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 # Settings that only some methods read: a saved result of such a method is reused only when it ran with
-# the value asked for now (so a run can grow a HERO-T row with another --refine-only-failing than its
+# the values asked for now (so a run can grow a HERO-T row with another --refine-only-failing than its
 # HERO-O row, without a second run directory), and it is re-run otherwise.
-METHOD_SETTINGS = {"hero_o_t": ("only_failing", "refine_only_failing"),
-                   "hero_o_t_paper": ("only_failing", "refine_only_failing")}
+METHOD_SETTINGS = {"hero_o_t": (("only_failing", "refine_only_failing"), ("repairs", "refine_repairs")),
+                   "hero_o_t_paper": (("only_failing", "refine_only_failing"),)}
 
 
 def stale_setting(method: str, saved: MethodResult, config: CompareConfig) -> str | None:
     """Why a saved result of `method` does not answer this invocation (None: it does)."""
     if method not in METHOD_SETTINGS:
         return None
-    recorded, option = METHOD_SETTINGS[method]
-    wanted = getattr(config, option)
-    if saved.extras.get(recorded) != wanted:
-        return f"it ran with {option}={saved.extras.get(recorded)}, this invocation asks for {wanted}"
+    for recorded, option in METHOD_SETTINGS[method]:
+        wanted = getattr(config, option)
+        if saved.extras.get(recorded) != wanted:
+            return f"it ran with {option}={saved.extras.get(recorded)}, this invocation asks for {wanted}"
     return None
 
 
@@ -222,6 +223,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             "budget": budget,
             "budget_source": budget_source, "simulate": config.simulate, "threads": config.threads,
             "refine_only_failing": config.refine_only_failing,
+            **({} if config.refine_repairs else {"refine_repairs": False}),
             **({"training_references": True} if config.training_references else {}),
             **({"hero_rounds": config.rounds} if config.rounds is not None else {}),
             **({"hero_candidates": config.candidates} if config.candidates is not None else {}),
@@ -240,6 +242,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
         ctx = RunContext(task=task, train=train, val=val, test=test, task_lm=task_lm, reflection_lm=refl_lm,
                          budget=budget, threads=config.threads, seed=config.seed, out_dir=out,
                          ves_repetitions=config.ves_repetitions, refine_only_failing=config.refine_only_failing,
+                         refine_repairs=config.refine_repairs,
                          optimizer_args=hero_o_args(config))
         results: dict[str, MethodResult] = {}
         order = ordered_methods(config.methods)
@@ -302,6 +305,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
     p.add_argument("--refine-only-failing", action="store_true",
                    help="HERO-T: refine only programs whose execution shows a problem (paper: every program; "
                         "saves CPU time with local models; recorded in meta.json)")
+    p.add_argument("--no-repairs", dest="refine_repairs", action="store_false",
+                   help="HERO-T: no programmatic repairs of failing programs (every revision from the reviser LM, "
+                        "as in the paper; hero_o_t_paper never repairs)")
     p.add_argument("--training-references", action="store_true",
                    help="HERO-O: show the reflector its TRAINING cases' reference programs and their diff "
                         "(label-free evidence otherwise; recorded in meta.json)")
@@ -319,7 +325,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[CompareConfig, bool]:
         auto=a.auto if a.max_metric_calls is None else None, max_metric_calls=a.max_metric_calls, threads=a.threads,
         seed=a.seed, split_seed=a.split_seed, methods=[m.strip() for m in a.methods.split(",") if m.strip()], out=a.out, lm=a.lm,
         reflection_lm=a.reflection_lm, simulate=a.simulate, stdlib_only=a.stdlib_only, deterministic=a.deterministic,
-        refine_only_failing=a.refine_only_failing, training_references=a.training_references,
+        refine_only_failing=a.refine_only_failing, refine_repairs=a.refine_repairs,
+        training_references=a.training_references,
         rounds=a.rounds, candidates=a.candidates,
         ves_repetitions=a.ves_repetitions, aggregate=a.aggregate,
         command="python benchmarks/compare.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:])),

@@ -163,6 +163,12 @@ def test_a_hero_t_row_with_another_refine_setting_is_rerun_not_refused(spider_fi
     path.write_text(json.dumps(saved))
     same = compare.run_comparison(config(out, spider_fixture, methods=["hero_o_t"], refine_only_failing=True))
     assert same["methods"]["hero_o_t"]["extras"]["marker"] == "second"  # the same value: reused
+    assert same["methods"]["hero_o_t"]["extras"]["repairs"] is True
+    # --no-repairs is a HERO-T setting too: the row is re-run without repairs, and says so
+    off = compare.run_comparison(config(out, spider_fixture, methods=["hero_o_t"], refine_only_failing=True,
+                                        refine_repairs=False))
+    ref = off["methods"]["hero_o_t"]["extras"]
+    assert "marker" not in ref and ref["repairs"] is False and ref["refinement"]["repairs"] == 0
 
 
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
@@ -178,6 +184,7 @@ def test_cli_parses_options(tmp_path):
     assert cfg.stdlib_only and cfg.lm == "openai/x" and not verbose and "--stdlib-only" in cfg.command
     assert not cfg.refine_only_failing
     assert compare.parse_args(["--refine-only-failing"])[0].refine_only_failing
+    assert cfg.refine_repairs and not compare.parse_args(["--no-repairs"])[0].refine_repairs
     assert compare.ordered_methods(["hero_o_t"]) == ["hero_o", "hero_o_t"]
     ex = dspy.Example(question="q", db_schema="s", db_path="/x.sqlite", gold_sql="SELECT 1").with_inputs("question", "db_schema")
     (marked,) = compare.with_env_refs([ex])

@@ -73,6 +73,7 @@ class RunContext:
     hero_o_log_dir: Path | None = None  # HERO-O's resumable journal; default out_dir/logs/hero_o
     refine_budget: int = 3  # HERO-T actions per query
     refine_reask: bool = True  # HERO-T asks the reviser once more after an answer that is no revision
+    refine_repairs: bool = True  # HERO-T repairs failing programs programmatically first (`refine.repairs`)
     outcomes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # evaluations done, by method
     fingerprints: dict[str, str] = field(default_factory=dict)  # `program_fingerprint` of each evaluated method
     progress: Progress | None = None  # one bar per evaluation (the CLI's); None: none
@@ -394,19 +395,23 @@ def _hero_o_program(ctx: RunContext) -> dspy.Module:
     return build_variant(ctx.task.make_program(), ctx.instructions["hero_o"])
 
 
-def hero_t_refiner(ctx: RunContext, generator: dspy.Module, judge_when_failing: bool = False) -> dspy.Module:
+def hero_t_refiner(ctx: RunContext, generator: dspy.Module, judge_when_failing: bool = False,
+                   repairs: bool = True) -> dspy.Module:
     """HeroRefine around `generator`, as every HERO-T method runs it: the task's environments (they share
     the metric's engine, e.g. a Cypher server, and are reused per database or graph, where HeroRefine's
     own defaults would start engines of their own) and a demo bank of the optimization data only,
     verified by the task metric (the same builder as the notebooks). `judge_when_failing=True` is the
-    paper's exact gate (method ``hero_o_t_paper``), so both gates can be reported side by side."""
+    paper's exact gate (method ``hero_o_t_paper``), so both gates can be reported side by side;
+    `repairs=False` leaves every revision to the reviser LM, as in the paper."""
     from dspy_hero.refine.demos import verified_demo_bank
     from dspy_hero.refine.module import HeroRefine
+    from dspy_hero.refine.repairs import NoRepairs, SqlRepairs
 
     demos = verified_demo_bank(list(ctx.train) + list(ctx.val), ctx.task.metric)
     return HeroRefine(generator=generator, environment=ctx.task.environment_for, demos=demos,
                       budget=ctx.refine_budget, refiner_lm=ctx.task_lm, only_failing=ctx.refine_only_failing,
-                      judge_when_failing=judge_when_failing, reask=ctx.refine_reask)
+                      judge_when_failing=judge_when_failing, reask=ctx.refine_reask,
+                      repairer=SqlRepairs() if repairs else NoRepairs())
 
 
 class AnsweredGenerator(dspy.Module):
@@ -464,11 +469,13 @@ def answered_from(ctx: RunContext, generator: dspy.Module, method: str) -> dspy.
 def run_hero_o_t(ctx: RunContext, result: MethodResult, judge_when_failing: bool = False) -> MethodResult:
     generator = _hero_o_program(ctx)
     answered = answered_from(ctx, generator, "hero_o")
-    refiner = hero_t_refiner(ctx, answered, judge_when_failing)
+    repairs = ctx.refine_repairs and not judge_when_failing  # the paper's HERO-T: every revision from the LM
+    refiner = hero_t_refiner(ctx, answered, judge_when_failing, repairs)
     result.instructions = instructions_of(generator)
     result.extras["only_failing"] = ctx.refine_only_failing
     result.extras["judge_when_failing"] = judge_when_failing
     result.extras["reask"] = ctx.refine_reask
+    result.extras["repairs"] = repairs
     evaluate(ctx, refiner, result)
     result.extras["initial_programs_from_hero_o_evaluation"] = getattr(answered, "answered", 0)
     usage = getattr(refiner, "usage", None)

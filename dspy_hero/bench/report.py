@@ -137,7 +137,9 @@ def markdown(meta: dict[str, Any], results: dict[str, MethodResult], order: Sequ
             per_q = ref.get("actions_per_query", r.extras.get("interactions_per_query"))
             lm_q = ref.get("lm_calls_per_query")
             lines.append(f"- {r.label}: actions (environment interactions for ReAct) per query {per_q}"
-                         + (f", LM calls per query {lm_q}" if lm_q is not None else ""))
+                         + (f", LM calls per query {lm_q}" if lm_q is not None else "")
+                         + (f"; programmatic repairs {ref['repairs_accepted']} accepted of {ref['repairs']}"
+                            if ref.get("repairs") else ""))
     for name in order:
         r = results.get(name)
         if r is not None and r.fix_break:

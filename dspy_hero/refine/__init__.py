@@ -1,4 +1,4 @@
-"""HERO-T: `HeroRefine` (a `dspy.Module`), its demo bank and its refinement trace.
+"""HERO-T: `HeroRefine` (a `dspy.Module`), its demo bank, its programmatic repairs and its refinement trace.
 
 Names load lazily (the module imports DSPy).
 """
@@ -15,6 +15,8 @@ _EXPORTS = {
     "RefinementTrace": "dspy_hero.refine.trace",
     "Step": "dspy_hero.refine.trace",
     "GateVerdict": "dspy_hero.refine.trace",
+    "SqlRepairs": "dspy_hero.refine.repairs",
+    "NoRepairs": "dspy_hero.refine.repairs",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

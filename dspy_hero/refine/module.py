@@ -30,6 +30,13 @@ probed the same schema three times in a row); and when one action is left and th
 still fails (`Assessment.failing`), that action is a revision (``revise_on_error``). A second
 ``retrieve`` costs an action but no LM call.
 
+Repairs (`repairs.SqlRepairs`, ``repairer=``). A small reviser shown an error mostly repeats the
+program (22 of 30 revisions of failing queries on the conventions task, session 23). So while the
+current program fails, and the repairer knows an edit not yet tried (a date part SQLite lacks, a
+column read through the wrong alias, ``IS NULL`` on a column the tables lack), that edit is the next
+action: a revision proposed without an LM call, reviewed by the gate like any other, recorded with
+``repaired=True``. A failing program has no result to lose, so a repair cannot break a right one.
+
 The gate (`gate.EvidenceGate`). Programmatic checks first. By default (``judge_when_failing=False``)
 the result shape then decides where it can: a revision that turns a *failing* program (an error, a
 failed check, a visible example that raises, more columns than asked) into
@@ -66,6 +73,7 @@ from dspy_hero.refine.actions import choose_demos, parse_action, render_actions
 from dspy_hero.refine.demos import Demo, DemoBank, query_text
 from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
 from dspy_hero.refine.gate import DEFAULT_CHECKS, EvidenceGate, GateCheck, same_program
+from dspy_hero.refine.repairs import DEFAULT_REPAIRER, Repair, Repairer
 from dspy_hero.refine.signatures import ChooseAction, JudgeRevision, ReviseProgram, SelectDemos
 from dspy_hero.refine.suspect import Assessment, assess
 from dspy_hero.refine.trace import (
@@ -87,7 +95,7 @@ logger = logging.getLogger(__name__)
 
 EnvironmentSpec = Environment | Callable[[dict[str, Any]], Environment] | None
 # Attributes a copy shares with the original: live resources and read-only data.
-_SHARED = ("environment", "demo_bank", "refiner_lm", "gate_checks", "_environments")
+_SHARED = ("environment", "demo_bank", "refiner_lm", "gate_checks", "repairer", "_environments")
 
 
 class HeroRefine(dspy.Module):
@@ -123,6 +131,11 @@ class HeroRefine(dspy.Module):
             rejected), ask it once more with that said (default True). False ends the episode there:
             in a 1.5B demo run 7 of 8 re-asks repeated the program again and the eighth's accepted
             revision was still wrong, at ~10 s a call (`hero demo` turns it off: `cli.app.DEMO_REFINE_REASK`).
+        repairer: proposes a programmatic repair of a program that fails (`repairs.SqlRepairs`: date
+            parts SQLite lacks, a column read through the wrong alias, ``IS NULL`` on a column the
+            tables lack). While the current program fails and the repairer has a repair not yet
+            tried, the next action is that repair, without an LM call; the gate reviews it like any
+            revision. `repairs.NoRepairs()` (or None) leaves every revision to the reviser, as in the paper.
 
     `named_predictors()` exposes ``refiner``, ``select_demos``, ``reviser``, ``judge`` and the generator's
     predictors, so the module can be saved, loaded and optimized like any DSPy program. `usage` holds
@@ -147,6 +160,7 @@ class HeroRefine(dspy.Module):
         only_failing: bool = False,
         judge_when_failing: bool = False,
         reask: bool = True,
+        repairer: Repairer | None = DEFAULT_REPAIRER,
     ):
         super().__init__()
         for name, value in (("budget", budget), ("max_demos", max_demos), ("retrieve_k", retrieve_k)):
@@ -170,6 +184,7 @@ class HeroRefine(dspy.Module):
         self.only_failing = only_failing
         self.judge_when_failing = judge_when_failing
         self.reask = bool(reask)
+        self.repairer = repairer
         self.refiner = dspy.Predict(ChooseAction)
         self.select_demos = dspy.Predict(SelectDemos)
         self.reviser = dspy.Predict(ReviseProgram)
@@ -346,6 +361,10 @@ class _Episode:
         # spend budget (small models otherwise repeat it).
         can_retrieve = (m.demo_bank is not None and len(m.demo_bank) > 0 and m.max_demos > 0
                         and not any(s.action == RETRIEVE for s in trace.steps))
+        repair = self._repair()
+        if repair is not None:
+            trace.actions_used += 1
+            return self._revise("repair what the diagnosis shows, without an LM call", repair=repair)
         if m.revise_on_error and left == 1 and (self.assessment is None or self.assessment.failing):
             trace.actions_used += 1
             return self._revise("the current program fails: fix what the evidence shows is wrong")
@@ -427,13 +446,31 @@ class _Episode:
         self.demos = demos[: m.max_demos]
         return note + (f"; {len(self.demos)} example(s) now shown" if self.demos else "")
 
-    def _revise(self, request: str) -> bool:
-        """One revise action: ask the reviser (once more if its answer is no revision and `reask` is
-        on), gate the proposal, and on acceptance let it seed the next step. True when the episode
-        should end."""
+    def _repair(self) -> Repair | None:
+        """The repairer's proposal for the current program, when it fails and the proposal is new."""
+        if self.m.repairer is None or self.assessment is None or not self.assessment.failing:
+            return None
+        try:
+            repair = self.m.repairer.repair(self.current, self.env, self.language)
+        except Exception as exc:  # noqa: BLE001 - a broken repairer leaves the revision to the reviser
+            logger.warning("HeroRefine: the repairer raised (%s: %s); asking the reviser instead", type(exc).__name__, exc)
+            return None
+        if repair is None or same_program(repair.program, self.current):
+            return None
+        if any(same_program(repair.program, old) for old, _ in self.rejected):
+            return None
+        return repair
+
+    def _revise(self, request: str, repair: Repair | None = None) -> bool:
+        """One revise action: take the repairer's proposal, or ask the reviser (once more if its answer
+        is no revision and `reask` is on); gate the proposal, and on acceptance let it seed the next
+        step. True when the episode should end."""
         m, trace = self.m, self.trace
         before = self.current
-        proposal, reason, nothing_new = self._ask_reviser(request)
+        if repair is not None:
+            proposal, reason, nothing_new = repair.program, repair.reason, None
+        else:
+            proposal, reason, nothing_new = self._ask_reviser(request)
         reasked = nothing_new is not None and m.reask
         if reasked:
             retry = (f"{request or '(none)'}\nYour previous answer was no revision: it {nothing_new}. Give a "
@@ -452,7 +489,7 @@ class _Episode:
             current_passes=self.current_ok, current=self.assessment, assess=self.assess)
         ran = f"revision ran: {verdict.execution}" if verdict.execution else ""
         step = trace.add(REVISE, argument=request, proposal=proposal, claimed_reason=reason, verdict=verdict,
-                         evidence=ran, program_before=before, reasked=reasked)
+                         evidence=ran, program_before=before, reasked=reasked, repaired=repair is not None)
         if not verdict.accepted:
             if proposal.strip():
                 self.rejected.append((proposal, f"{verdict.stage}: {verdict.reason}"))

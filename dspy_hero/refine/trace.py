@@ -50,6 +50,7 @@ class Step:
     env_actions: int = 0
     program_before: str | None = None  # revise steps: the program the proposal would replace
     reasked: bool = False  # revise steps: the first answer was no revision, so the reviser was asked again
+    repaired: bool = False  # revise steps: the proposal is the repairer's, not the reviser's (no LM call)
 
     def render(self) -> str:
         """The step as the refiner, reviser and judge read it."""
@@ -97,6 +98,10 @@ class RefinementTrace:
     def reasks(self) -> int:
         return sum(1 for s in self.steps if s.reasked)
 
+    @property
+    def repairs(self) -> list[Step]:
+        return [s for s in self.proposals if s.repaired]
+
     def add(self, action: str, **fields: Any) -> Step:
         step = Step(index=len(self.steps), action=action, **fields)
         self.steps.append(step)
@@ -141,6 +146,8 @@ class RefinementTrace:
                 row["verdict"] = {"accepted": v.accepted, "stage": v.stage, "reason": cut(v.reason)}
             if s.reasked:
                 row["reasked"] = True
+            if s.repaired:
+                row["repaired"] = True
             steps.append(row)
         # every accepted revision with the program it replaced, so a results file can show before/after
         revisions = [{"step": s.index, "before": s.program_before or "", "after": s.proposal or "",
@@ -151,6 +158,7 @@ class RefinementTrace:
                 "actions_used": self.actions_used, "env_actions": self.env_actions,
                 "lm_calls_by_role": dict(self.lm_calls_by_role), "proposals": len(self.proposals),
                 "accepted": len(self.accepted), "reasks": self.reasks, "diagnoses": self.diagnoses,
+                "repairs": len(self.repairs), "repairs_accepted": sum(1 for s in self.repairs if s in self.accepted),
                 "initial_suspicions": [cut(x) for x in self.initial_suspicions],
                 "accepted_revisions": revisions}
 
@@ -187,7 +195,7 @@ class RefinementTotals:
     """
 
     _FIELDS = ("queries", "lm_calls", "env_actions", "actions", "proposals", "accepted", "changed", "reasks",
-               "diagnoses", "suspect_initial")
+               "diagnoses", "suspect_initial", "repairs", "repairs_accepted")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -206,6 +214,8 @@ class RefinementTotals:
             t["reasks"] += trace.reasks
             t["diagnoses"] += trace.diagnoses
             t["suspect_initial"] += int(bool(trace.initial_suspicions))
+            t["repairs"] += len(trace.repairs)
+            t["repairs_accepted"] += sum(1 for s in trace.repairs if s.verdict is not None and s.verdict.accepted)
 
     def snapshot(self) -> dict[str, float]:
         """Totals plus per-query means (0 when no query ran yet)."""
