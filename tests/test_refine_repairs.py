@@ -185,6 +185,7 @@ def test_a_rejected_repair_is_not_proposed_again(db_path):
     assert steps[1].repaired and not steps[1].verdict.accepted and "no such column" in steps[1].verdict.reason
     assert sum(s.repaired for s in steps) == 1  # not retried on the same program
     assert script.count("reviser") == 1 and pred.sql.endswith("LIKE '2024%'")
+    assert pred.refinement.repairs_accepted == 0 and pred.refinement.summary()["repairs_accepted"] == 0
 
 
 def test_a_repairer_that_raises_leaves_the_revision_to_the_reviser(db_path, caplog):

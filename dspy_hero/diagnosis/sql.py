@@ -243,14 +243,18 @@ def schema_facts(tree: exp.Expression, schema: Schema) -> list[Fact]:
     return facts
 
 
-def _real_tables(scope: Scope, schema: Schema) -> dict[str, str]:
-    """alias (lower) -> schema table, for the scope's sources that are tables of the database."""
+def real_tables(scope: Scope, schema: Schema, *, keep_case: bool = False) -> dict[str, str]:
+    """alias -> schema table, for the scope's sources that are tables of the database.
+
+    Aliases are lowercased for lookups (SQLite matches them without case); `keep_case` keeps them as the
+    query spells them, for code that writes an alias back into the query's text.
+    """
     out = {}
     for alias, source in scope.sources.items():
         if isinstance(source, exp.Table):
             table = schema.table(source.name)
             if table is not None:
-                out[alias.lower()] = table
+                out[alias if keep_case else alias.lower()] = table
     return out
 
 
@@ -265,7 +269,7 @@ def _resolve_alias(scope: Scope | None, name: str) -> tuple[str, Any] | None:
 
 def _scope_facts(scope: Scope, schema: Schema, ctes: set[str]) -> list[Fact]:
     facts: list[Fact] = []
-    tables = _real_tables(scope, schema)
+    tables = real_tables(scope, schema)
     for alias, source in scope.sources.items():
         if isinstance(source, exp.Table) and source.name.lower() not in ctes and schema.table(source.name) is None:
             close = difflib.get_close_matches(source.name.lower(), [t.lower() for t in schema.tables], n=3, cutoff=0.5)
@@ -338,7 +342,7 @@ def _scope_facts(scope: Scope, schema: Schema, ctes: set[str]) -> list[Fact]:
 
 def _outer_has(scope: Scope | None, name: str, schema: Schema) -> bool:
     while scope is not None:
-        if any(schema.has_column(t, name) for t in _real_tables(scope, schema).values()):
+        if any(schema.has_column(t, name) for t in real_tables(scope, schema).values()):
             return True
         scope = scope.parent
     return False

@@ -24,7 +24,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import traverse_scope
 
-from dspy_hero.diagnosis.sql import Schema, read_schema
+from dspy_hero.diagnosis.sql import Schema, read_schema, real_tables
 from dspy_hero.metrics.base import extract_code
 
 __all__ = ["DEFAULT_REPAIRER", "NoRepairs", "Repair", "Repairer", "SqlRepairs"]
@@ -124,8 +124,7 @@ def _scopes(tree: exp.Expression) -> list[Any]:
 def _requalify(tree: exp.Expression, schema: Schema) -> list[str]:
     changes = []
     for scope in _scopes(tree):
-        tables = {alias: schema.table(src.name) for alias, src in scope.sources.items()
-                  if isinstance(src, exp.Table) and schema.table(src.name) is not None}
+        tables = real_tables(scope, schema, keep_case=True)
         for col in scope.columns:
             if col.find_ancestor(exp.Join) is not None:
                 continue  # a join condition: moving one side to the other table would make it a tautology

@@ -102,6 +102,10 @@ class RefinementTrace:
     def repairs(self) -> list[Step]:
         return [s for s in self.proposals if s.repaired]
 
+    @property
+    def repairs_accepted(self) -> int:
+        return sum(1 for s in self.repairs if s.verdict is not None and s.verdict.accepted)
+
     def add(self, action: str, **fields: Any) -> Step:
         step = Step(index=len(self.steps), action=action, **fields)
         self.steps.append(step)
@@ -158,7 +162,7 @@ class RefinementTrace:
                 "actions_used": self.actions_used, "env_actions": self.env_actions,
                 "lm_calls_by_role": dict(self.lm_calls_by_role), "proposals": len(self.proposals),
                 "accepted": len(self.accepted), "reasks": self.reasks, "diagnoses": self.diagnoses,
-                "repairs": len(self.repairs), "repairs_accepted": sum(1 for s in self.repairs if s in self.accepted),
+                "repairs": len(self.repairs), "repairs_accepted": self.repairs_accepted,
                 "initial_suspicions": [cut(x) for x in self.initial_suspicions],
                 "accepted_revisions": revisions}
 
@@ -215,7 +219,7 @@ class RefinementTotals:
             t["diagnoses"] += trace.diagnoses
             t["suspect_initial"] += int(bool(trace.initial_suspicions))
             t["repairs"] += len(trace.repairs)
-            t["repairs_accepted"] += sum(1 for s in trace.repairs if s.verdict is not None and s.verdict.accepted)
+            t["repairs_accepted"] += trace.repairs_accepted
 
     def snapshot(self) -> dict[str, float]:
         """Totals plus per-query means (0 when no query ran yet)."""
