@@ -149,6 +149,20 @@ def test_syntax_error_location(env):
     assert d.primary is Category.EMPTY_PROGRAM
 
 
+def test_a_text_function_compared_with_a_number(env):
+    # no schema needed: SQLite never converts a function's text result for a number literal
+    for sql in ("SELECT name FROM concert WHERE STRFTIME('%Y', concert_name) = 2014",
+                "SELECT COUNT(*) FROM concert WHERE SUBSTR(concert_name, 1, 2) IN (1, 2)"):
+        _, f = facts(env, sql)
+        assert "compares the text" in f[Category.TEXT_COMPARED_WITH_NUMBER], sql
+        assert Category.TEXT_COMPARED_WITH_NUMBER in {x.category for x in diagnose("sql", {}, sql).facts}
+    for sql in ("SELECT name FROM concert WHERE STRFTIME('%Y', concert_name) = '2014'",
+                "SELECT name FROM concert WHERE STRFTIME('%Y', concert_name) = year",
+                "SELECT name FROM concert WHERE STRFTIME('%Y', 'now') - year > 5"):
+        _, f = facts(env, sql)
+        assert Category.TEXT_COMPARED_WITH_NUMBER not in f, sql
+
+
 def test_correct_queries_get_no_schema_fact(env):
     for sql in (
         "SELECT T1.name FROM singer AS T1 JOIN singer_in_concert AS T2 ON T1.singer_id = T2.singer_id WHERE T2.concert_id = 2",

@@ -61,6 +61,30 @@ def test_date_parts_sqlite_lacks_become_strftime(env):
     assert len(repair.changes) == 2 and "SQLite has no YEAR()" in repair.reason
 
 
+@pytest.mark.parametrize("sql, right", [
+    ("SELECT COUNT(*) FROM orders WHERE STRFTIME('%Y', placed) = 2024", [(3,)]),
+    ("SELECT COUNT(*) FROM orders WHERE 2024 = strftime('%Y', placed)", [(3,)]),
+    ("SELECT COUNT(*) FROM orders WHERE SUBSTR(placed, 1, 4) IN (2023, 2024)", [(4,)]),
+    ("SELECT COUNT(*) FROM orders WHERE strftime('%m', placed) BETWEEN 1 AND 6", [(1,)]),
+    ("SELECT COUNT(*) FROM orders WHERE strftime('%m', placed) > 6", [(3,)]),
+])
+def test_a_text_compared_with_a_number_is_cast(env, sql, right):
+    # SQLite never converts a function's text result for a number literal: the condition is constant
+    assert rows(env, sql) in ([(0,)], [(4,)]) and rows(env, sql) != right
+    repair = SqlRepairs().repair(sql, env, "sql")
+    assert repair is not None and "AS INTEGER)" in repair.program and "without converting it" in repair.reason
+    assert rows(env, repair.program) == right
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM orders WHERE STRFTIME('%Y', placed) = '2024'",  # text with text
+    "SELECT COUNT(*) FROM orders WHERE CAST(STRFTIME('%Y', placed) AS INTEGER) = 2024",
+    "SELECT COUNT(*) FROM orders WHERE STRFTIME('%Y', placed) = order_id",  # a column: its affinity converts
+])
+def test_comparisons_sqlite_converts_are_not_cast(env, sql):
+    assert SqlRepairs().repair(sql, env, "sql") is None
+
+
 def test_a_column_read_through_the_wrong_alias_moves_to_the_table_that_has_it(env):
     broken = ("SELECT T2.name FROM customers AS T1 JOIN orders AS T2 ON T1.customer_id = T2.customer_id "
               "WHERE T2.status = 'cancelled'")
@@ -205,3 +229,31 @@ def test_copies_share_the_repairer(db_path):
     module = HeroRefine(GenerateProgram("sql", ["question", "db_schema"]))
     assert isinstance(module.repairer, SqlRepairs) and module.deepcopy().repairer is module.repairer
     assert RefinementTotals().snapshot()["repairs"] == 0
+
+
+def test_a_revision_comparing_text_with_a_number_is_refused_whatever_the_judge_says(db_path):
+    # live, twice (conventions split seeds 0 and 1): the repair made YEAR() run and the answer right;
+    # the reviser then "simplified" it to STRFTIME(..) = 2024, which counts nothing, and the 1.5B judge
+    # agreed. The diagnosis names the constant comparison, so the gate refuses it by its checks.
+    script = RoleScript(generator={"sql": BROKEN},
+                        refiner=[{"action": "revise", "argument": "simplify"}, {"action": "stop", "argument": ""}],
+                        reviser={"reason": "strftime gives the year",
+                                 "revised_program": "SELECT COUNT(*) FROM orders WHERE STRFTIME('%Y', placed) = 2024"},
+                        judge={"reason": "looks right", "supported": True})
+    pred, _ = refine(script, db_path, budget=3)
+    steps = pred.refinement.steps
+    assert steps[1].repaired and steps[1].verdict.accepted
+    assert steps[2].action == REVISE and not steps[2].repaired and not steps[2].verdict.accepted
+    assert steps[2].verdict.stage == "checks" and "text" in steps[2].verdict.reason
+    assert script.count("judge") == 0
+    assert "CAST(STRFTIME('%Y', placed) AS INTEGER) = 2024" in pred.sql
+
+
+def test_an_initial_program_comparing_text_with_a_number_fails_and_is_repaired(db_path):
+    # it runs, yet its condition is constant: failing, so the repairer (no LM call) fixes it
+    script = RoleScript(generator={"sql": "SELECT COUNT(*) FROM orders WHERE STRFTIME('%Y', placed) = 2024"},
+                        refiner={"action": "stop", "argument": ""})
+    pred, _ = refine(script, db_path)
+    assert pred.refinement.initial_suspicions and pred.refinement.steps[1].repaired
+    assert pred.refinement.steps[1].verdict.accepted and "AS INTEGER) = 2024" in pred.sql
+    assert script.count("reviser") == 0

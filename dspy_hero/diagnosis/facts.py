@@ -33,6 +33,7 @@ class Category(str, Enum):
     JOIN_NOT_ON_KEY = "join not on a foreign key"
     UNUSED_TABLE = "joined table not used"
     AGGREGATE_WITHOUT_GROUP_BY = "aggregate mixed with plain columns"
+    TEXT_COMPARED_WITH_NUMBER = "text compared with a number"
     # Cypher: the graph against the query
     UNKNOWN_LABEL = "unknown node label"
     UNKNOWN_RELATIONSHIP = "unknown relationship type"
@@ -122,6 +123,8 @@ _DESCRIPTIONS: dict[Category, str] = {
     Category.JOIN_NOT_ON_KEY: "tables are joined on columns that are not their foreign-key link",
     Category.UNUSED_TABLE: "a joined table contributes no column, filter or key",
     Category.AGGREGATE_WITHOUT_GROUP_BY: "an aggregate is selected next to plain columns without GROUP BY",
+    Category.TEXT_COMPARED_WITH_NUMBER: "a text value (strftime, substr) is compared with a number, which SQLite "
+                                        "never finds equal, so the condition's outcome is fixed",
     Category.UNKNOWN_LABEL: "the query names a node label the graph does not have",
     Category.UNKNOWN_RELATIONSHIP: "the query names a relationship type the graph does not have",
     Category.UNKNOWN_PROPERTY: "the query reads a property the label or relationship does not have",

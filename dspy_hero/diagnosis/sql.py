@@ -36,7 +36,7 @@ from dspy_hero.diagnosis.facts import Category, Diagnosis, Fact
 from dspy_hero.execution.base import Execution
 from dspy_hero.metrics.base import extract_code
 
-__all__ = ["Schema", "SqlShape", "diagnose_sql", "read_schema", "sql_shape"]
+__all__ = ["Schema", "SqlShape", "diagnose_sql", "read_schema", "real_tables", "sql_shape", "text_number_comparisons"]
 
 _COLUMNS_QUERY = ("SELECT m.name, p.name, p.pk FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
                   "WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite_%' ORDER BY m.rowid, p.cid")
@@ -176,6 +176,8 @@ def diagnose_sql(program: str, execution: Execution | None, environment: Any, *,
         except Exception as exc:  # noqa: BLE001 - reported in Diagnosis.errors, never silent
             errors.append(f"schema unavailable ({type(exc).__name__}: {str(exc)[:160]})")
     shape = sql_shape(tree) if tree is not None else None
+    if tree is not None:
+        facts += _text_number_facts(tree)
     if tree is not None and schema is not None:
         facts += schema_facts(tree, schema)
     elif tree is not None:  # no schema: what the text alone shows
@@ -470,6 +472,53 @@ def _alias_of(col: exp.Column, tables: dict[str, str], schema: Schema) -> str | 
         return col.table.lower() if col.table.lower() in tables else None
     holders = [a for a, t in tables.items() if schema.has_column(t, col.name)]
     return holders[0] if len(holders) == 1 else None
+
+
+# Functions whose result is TEXT whatever they read; a function's result has no column affinity, so
+# SQLite compares it with a number literal without converting either side (a number sorts below every
+# text): `STRFTIME('%Y', d) = 2023` is false on every row, `STRFTIME('%Y', d) > 2023` true on every row.
+_TEXT_RESULTS = (exp.TimeToStr, exp.Substring)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _is_text_result(node: exp.Expression) -> bool:
+    return isinstance(node, _TEXT_RESULTS) or (isinstance(node, exp.Anonymous)
+                                               and str(node.this).upper() in ("STRFTIME", "SUBSTR", "SUBSTRING"))
+
+
+def _is_number(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Neg):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string
+
+
+def text_number_comparisons(tree: exp.Expression) -> list[tuple[exp.Expression, exp.Expression]]:
+    """(text-valued side, the comparison) for each comparison of a TEXT function result with number
+    literals: `=`, `<>`, `<`, ... (either side), `IN (numbers)`, `BETWEEN number AND number`.
+    Their outcome does not depend on the row, so the query cannot mean them as written."""
+    found = []
+    for node in tree.find_all(*_COMPARISONS, exp.In, exp.Between):
+        if isinstance(node, exp.In):
+            pairs = [(node.this, node.expressions)] if node.expressions else []
+        elif isinstance(node, exp.Between):
+            pairs = [(node.this, [node.args.get("low"), node.args.get("high")])]
+        else:
+            pairs = [(node.this, [node.expression]), (node.expression, [node.this])]
+        for side, others in pairs:
+            if _is_text_result(side) and all(o is not None and _is_number(o) for o in others):
+                found.append((side, node))
+    return found
+
+
+def _text_number_facts(tree: exp.Expression) -> list[Fact]:
+    def text(node: exp.Expression, width: int) -> str:
+        return one_line(node.sql(dialect="sqlite"), width)
+
+    return [Fact(Category.TEXT_COMPARED_WITH_NUMBER,
+                 f"`{text(cmp, 80)}` compares the text `{text(side, 50)}` with a number: SQLite never finds them "
+                 "equal (a number sorts below any text), so it holds on every row or on none; CAST the text AS "
+                 "INTEGER, or compare with a quoted value")
+            for side, cmp in text_number_comparisons(tree)]
 
 
 def _aggregate_facts(select: exp.Select) -> list[Fact]:

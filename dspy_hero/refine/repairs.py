@@ -24,7 +24,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import traverse_scope
 
-from dspy_hero.diagnosis.sql import Schema, read_schema, real_tables
+from dspy_hero.diagnosis.sql import Schema, read_schema, real_tables, text_number_comparisons
 from dspy_hero.metrics.base import extract_code
 
 __all__ = ["DEFAULT_REPAIRER", "NoRepairs", "Repair", "Repairer", "SqlRepairs"]
@@ -68,6 +68,8 @@ class SqlRepairs:
 
     - ``YEAR(x)``, ``MONTH(x)``, ``DAY(x)`` (not SQLite functions) become
       ``CAST(STRFTIME('%Y', x) AS INTEGER)`` and the like;
+    - a text function result compared with numbers (``STRFTIME('%Y', x) = 2023``, which SQLite never
+      finds equal) is cast: ``CAST(STRFTIME('%Y', x) AS INTEGER) = 2023``;
     - ``T.col`` where the table behind alias ``T`` has no ``col`` and exactly one other table of the
       same SELECT has it is read through that table's alias;
     - a top-level ``AND`` condition ``col IS NULL`` where no table the SELECT reads has ``col`` is
@@ -94,7 +96,7 @@ class SqlRepairs:
         except Exception as exc:  # noqa: BLE001 - no catalog, no repair; the reviser still runs
             logger.warning("HeroRefine: no SQL repair (the schema cannot be read: %s: %s)", type(exc).__name__, exc)
             return None
-        changes = [*_date_parts(tree), *_requalify(tree, schema),
+        changes = [*_date_parts(tree), *_cast_text_compared_with_numbers(tree), *_requalify(tree, schema),
                    *_drop_absent_presence_tests(tree, schema)]
         if not changes:
             return None
@@ -111,6 +113,16 @@ def _date_parts(tree: exp.Expression) -> list[str]:
             changes.append(f"SQLite has no {kind.__name__.upper()}(): `{node.sql(dialect='sqlite')}` becomes "
                            f"`{new.sql(dialect='sqlite')}`")
             node.replace(new)
+    return changes
+
+
+def _cast_text_compared_with_numbers(tree: exp.Expression) -> list[str]:
+    changes = []
+    for side, comparison in text_number_comparisons(tree):
+        before = comparison.sql(dialect="sqlite")
+        side.replace(exp.Cast(this=side.copy(), to=exp.DataType.build("INTEGER")))
+        changes.append(f"SQLite compares a text with a number without converting it (no text equals a number): "
+                       f"`{before}` becomes `{comparison.sql(dialect='sqlite')}`")
     return changes
 
 
