@@ -31,6 +31,7 @@ from sqlglot.errors import SqlglotError
 
 from dspy_hero.bench.stats import fixes_and_breaks, paired_bootstrap
 from dspy_hero.diagnosis.sql import text_number_comparisons
+from dspy_hero.refine.gate import same_program
 
 
 def refused_now(program: str) -> bool:
@@ -47,8 +48,8 @@ def _scores(method: dict[str, Any]) -> dict[str, float]:
 
 
 def summarize(results: dict[str, Any], base: str = "hero_o", refined: str = "hero_o_t",
-              right_in_replay: dict[str, dict[str, bool]] | None = None) -> dict[str, Any]:
-    """`right_in_replay`: example id -> {repaired program: right}, from a `repairs_replay.py` JSON."""
+              right_in_replay: dict[str, list[tuple[str, bool]]] | None = None) -> dict[str, Any]:
+    """`right_in_replay`: example id -> [(repaired program, right)], from a `repairs_replay.py` JSON."""
     right_in_replay = right_in_replay or {}
     methods = results["methods"]
     before, after = _scores(methods[base]), _scores(methods[refined])
@@ -74,7 +75,8 @@ def summarize(results: dict[str, Any], base: str = "hero_o", refined: str = "her
             if not steps[rev["step"]].get("repaired") and refused_now(rev["after"]):
                 refused.append({"id": i, "step": rev["step"], "last_step": rev["step"] == len(steps) - 1,
                                 "refused": rev["after"], "before": rev["before"],
-                                "before_right": right_in_replay.get(i, {}).get(" ".join(rev["before"].split()))})
+                                "before_right": next((right for program, right in right_in_replay.get(i, [])
+                                                      if same_program(program, rev["before"])), None)})
         if last_source is not None and i in before:
             change = "fix" if before[i] < 1.0 <= after[i] else "break" if after[i] < 1.0 <= before[i] else "same"
             credited[f"{last_source}: {change}"] += 1
@@ -102,11 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         if not {"hero_o", "hero_o_t"} <= set(data.get("methods", {})):
             print(f"{path}: no hero_o and hero_o_t rows, skipped", file=sys.stderr)
             continue
-        right: dict[str, dict[str, bool]] = {}
+        right: dict[str, list[tuple[str, bool]]] = {}
         for run in replayed:  # the replay of the same split's HERO-O programs
             same = run["task"] == data["meta"]["task"] and run["split_seed"] == data["meta"].get("split_seed")
             for case in (run["methods"].get("hero_o", {}).get("cases", []) if same else []):
-                right.setdefault(case["id"], {})[" ".join(case["after"].split())] = case["right"]
+                right.setdefault(case["id"], []).append((case["after"], case["right"]))
         s = {"results": path, "task": data["meta"]["task"], "split_seed": data["meta"].get("split_seed"),
              **summarize(data, right_in_replay=right)}
         rows.append(s)
