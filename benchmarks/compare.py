@@ -25,6 +25,7 @@ import logging
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from typing import Any
 
 import dspy
 
+import dspy_hero
 from dspy_hero.bench.accounting import track_usage
 from dspy_hero.bench.methods import DEFAULT_METHODS, METHODS, NEEDS, MethodResult, RunContext, run_method
 from dspy_hero.bench.report import aggregate, aggregate_markdown, write_comparison
@@ -170,6 +172,25 @@ def ordered_methods(methods: Sequence[str]) -> list[str]:
     return [m for m in METHODS if m in wanted]
 
 
+def code_version() -> str:
+    """The commit of the checkout that runs the comparison, with "+changes" when `dspy_hero/` or
+    `benchmarks/` differ from it, so a results file says which code produced each row (a resumed run
+    may mix code versions; the fingerprint below deliberately ignores it). Outside a git checkout:
+    the installed package's version."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                              check=True, stdin=subprocess.DEVNULL).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--", "dspy_hero", "benchmarks")
+    except (OSError, subprocess.SubprocessError):
+        return f"dspy-hero {dspy_hero.__version__} (not a git checkout)"
+    return head + ("+changes" if changed else "")
+
+
 def fingerprint(meta: dict[str, Any]) -> dict[str, Any]:
     """What must match for a resumed run to reuse saved method results."""
     keys = ("task", "task_lm", "reflection_lm", "seed", "budget", "train_ids", "val_ids", "test_ids", "simulate",
@@ -228,7 +249,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
             **({"hero_rounds": config.rounds} if config.rounds is not None else {}),
             **({"hero_candidates": config.candidates} if config.candidates is not None else {}),
             "train_ids": [e.example_id for e in train], "val_ids": [e.example_id for e in val],
-            "test_ids": [e.example_id for e in test], "command": config.command,
+            "test_ids": [e.example_id for e in test], "command": config.command, "code": code_version(),
             "machine": f"{platform.node()} {platform.platform()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
         }
         meta_path = out / "meta.json"
@@ -263,6 +284,7 @@ def run_comparison(config: CompareConfig) -> dict[str, Any]:
                     continue
             log.info("%s: running (budget %d rollouts)", method, budget)
             results[method] = run_method(ctx, method)
+            results[method].extras["code"] = meta["code"]
             write_json(path, results[method].to_dict())
             log.info("%s: %s pass@1=%.3f", method, results[method].status, results[method].pass_at_1)
         for method in METHODS:  # methods finished by earlier invocations stay in the report

@@ -35,7 +35,8 @@ COMPARED = ("hero_o", "gepa", "mipro", "hero_o_t", "react")
 def run_key(meta: dict[str, Any]) -> tuple:
     # the LMs' full names, as compare.py's resume check reads them; `lm_label` only shortens them for display
     lms = meta.get("task_lm"), meta.get("reflection_lm") or meta.get("task_lm")
-    return (meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"]), lms)
+    # the code that ran it (recorded since session 26): a re-run with later code is a run of its own
+    return (meta["task"], meta.get("split_seed"), meta["budget"], tuple(meta["test_ids"]), lms, meta.get("code"))
 
 
 def lm_label(meta: dict[str, Any]) -> str:
@@ -71,7 +72,7 @@ def table(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for run in runs:
         m = run["meta"]
         rows.append({"task": m["task"], "lms": lm_label(m), "split_seed": m.get("split_seed"),
-                     "budget": m["budget"],
+                     "budget": m["budget"], "code": m.get("code"),
                      "questions": len(m["test_ids"]), "sources": run["sources"],
                      "delta": {k: run["delta"][k] for k in COMPARED if k in run["delta"]}})
     never_below = {k: all(r["delta"][k]["high"] >= 0 for r in rows if k in r["delta"])
@@ -94,10 +95,11 @@ def markdown(result: dict[str, Any]) -> str:
         return (f"{d['estimate'] * 100:+.1f} [{d['low'] * 100:+.1f}, {d['high'] * 100:+.1f}] "
                 f"{d['fixes']}/{d['breaks']}")
 
-    head = "| task | LMs | split seed | calls | questions | " + " | ".join(COMPARED) + " |"
-    lines = [head, "|" + "---|" * (5 + len(COMPARED))]
+    head = "| task | LMs | split seed | calls | questions | code | " + " | ".join(COMPARED) + " |"
+    lines = [head, "|" + "---|" * (6 + len(COMPARED))]
     for r in result["rows"]:
-        lines.append(f"| {r['task']} | {r['lms']} | {r['split_seed']} | {r['budget']} | {r['questions']} | "
+        code = r.get("code") or "before s26"
+        lines.append(f"| {r['task']} | {r['lms']} | {r['split_seed']} | {r['budget']} | {r['questions']} | {code} | "
                      + " | ".join(cell(r["delta"].get(k)) for k in COMPARED) + " |")
     lines.append("")
     lines.append("Upper bound >= 0 in every run: " + ", ".join(

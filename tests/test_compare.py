@@ -171,6 +171,21 @@ def test_a_hero_t_row_with_another_refine_setting_is_rerun_not_refused(spider_fi
     assert "marker" not in ref and ref["repairs"] is False and ref["refinement"]["repairs"] == 0
 
 
+def test_each_row_records_the_code_that_ran_it_and_a_resume_keeps_it(spider_fixture, tmp_path, monkeypatch):
+    """A results file may hold rows from several invocations; each row names the code it ran with, and
+    the meta names the latest invocation's (the run's fingerprint ignores it, so a run resumes)."""
+    out = tmp_path / "run"
+    here = compare.code_version()
+    assert here and ("dspy-hero" in here or len(here.split("+")[0]) >= 7)
+    first = compare.run_comparison(config(out, spider_fixture, methods=["seed"]))
+    assert first["meta"]["code"] == here and first["methods"]["seed"]["extras"]["code"] == here
+    monkeypatch.setattr(compare, "code_version", lambda: "later")
+    again = compare.run_comparison(config(out, spider_fixture, methods=["seed", "hero_o"]))
+    assert again["meta"]["code"] == "later"
+    assert again["methods"]["seed"]["extras"]["code"] == here  # reused: still the code that ran it
+    assert again["methods"]["hero_o"]["extras"]["code"] == "later"
+
+
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
     out, _ = sim_run
     with pytest.raises(ValueError, match="different settings"):

@@ -72,4 +72,17 @@ def test_a_run_with_another_task_lm_on_the_same_questions_is_its_own_run():
     assert [r["sources"] for r in runs] == [["a.json"], ["ts.json"]]
     rows = t.table(runs)["rows"]
     assert [r["lms"] for r in rows] == ["1.5b", "task 0.5b / reflection 1.5b"]
-    assert "| spider | task 0.5b / reflection 1.5b | 3 | 300 | 4 |" in t.markdown(t.table(runs))
+    assert "| spider | task 0.5b / reflection 1.5b | 3 | 300 | 4 | before s26 |" in t.markdown(t.table(runs))
+
+
+def test_a_re_run_with_later_code_on_the_same_questions_is_its_own_run():
+    """Since compare.py records the code, the same split re-run later (other prompts, so another seed
+    row) is a second run of the target, not a disagreement."""
+    t = _load()
+    later = _file("s26.json", 3, {"hero_o": _delta(0.25, 0.0, 0.5, 1, 0)}, seed_scores=(0, 0, 1, 0))
+    later["meta"]["code"] = "abc1234"
+    runs = t.merge_runs([_file("a.json", 3, {"hero_o": _delta(0.0, 0.0, 0.0)}), later])
+    assert [r["sources"] for r in runs] == [["a.json"], ["s26.json"]]
+    result = t.table(runs)
+    assert [r["code"] for r in result["rows"]] == [None, "abc1234"]
+    assert "| spider | 1.5b | 3 | 300 | 4 | abc1234 | +25.0 [+0.0, +50.0] 1/0 |" in t.markdown(result)
