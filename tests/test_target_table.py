@@ -72,7 +72,7 @@ def test_a_run_with_another_task_lm_on_the_same_questions_is_its_own_run():
     assert [r["sources"] for r in runs] == [["a.json"], ["ts.json"]]
     rows = t.table(runs)["rows"]
     assert [r["lms"] for r in rows] == ["1.5b", "task 0.5b / reflection 1.5b"]
-    assert "| spider | task 0.5b / reflection 1.5b | 3 | 300 | 4 | before s26 |" in t.markdown(t.table(runs))
+    assert "| spider | task 0.5b / reflection 1.5b | 3 | 300 | 4 | not recorded |" in t.markdown(t.table(runs))
 
 
 def test_a_re_run_with_later_code_on_the_same_questions_is_its_own_run():
