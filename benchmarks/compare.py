@@ -172,12 +172,11 @@ def ordered_methods(methods: Sequence[str]) -> list[str]:
     return [m for m in METHODS if m in wanted]
 
 
-def code_version() -> str:
-    """The commit of the checkout that runs the comparison, with "+changes" when `dspy_hero/` or
-    `benchmarks/` differ from it, so a results file says which code produced each row (a resumed run
-    may mix code versions; the fingerprint below deliberately ignores it). Outside a git checkout:
-    the installed package's version."""
-    root = Path(__file__).resolve().parent.parent
+def code_version(root: Path = Path(__file__).resolve().parent.parent) -> str:
+    """The commit of the checkout that runs the comparison, with "+changes" when tracked files under
+    `dspy_hero/` or `benchmarks/` differ from it (new result files do not count), so a results file
+    says which code produced each row (a resumed run may mix code versions; the fingerprint below
+    deliberately ignores it). Outside a git checkout: the installed package's version."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
@@ -185,7 +184,7 @@ def code_version() -> str:
 
     try:
         head = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--", "dspy_hero", "benchmarks")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "dspy_hero", "benchmarks")
     except (OSError, subprocess.SubprocessError):
         return f"dspy-hero {dspy_hero.__version__} (not a git checkout)"
     return head + ("+changes" if changed else "")

@@ -186,6 +186,27 @@ def test_each_row_records_the_code_that_ran_it_and_a_resume_keeps_it(spider_fixt
     assert again["methods"]["hero_o"]["extras"]["code"] == "later"
 
 
+def test_the_code_version_counts_changed_code_not_new_result_files(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "dspy_hero").mkdir()
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "dspy_hero" / "x.py").write_text("A = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = compare.code_version(tmp_path)
+    assert "+" not in head and len(head) >= 7
+    (tmp_path / "benchmarks" / "results" / "run.json").write_text("{}")  # a new result, not code
+    assert compare.code_version(tmp_path) == head
+    (tmp_path / "dspy_hero" / "x.py").write_text("A = 2\n")
+    assert compare.code_version(tmp_path) == head + "+changes"
+    assert "not a git checkout" in compare.code_version(tmp_path / "dspy_hero" / "missing")
+
+
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
     out, _ = sim_run
     with pytest.raises(ValueError, match="different settings"):
