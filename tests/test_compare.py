@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -187,9 +189,6 @@ def test_each_row_records_the_code_that_ran_it_and_a_resume_keeps_it(spider_fixt
 
 
 def test_the_code_version_counts_changed_code_not_new_result_files(tmp_path):
-    import shutil
-    import subprocess
-
     if shutil.which("git") is None:
         pytest.skip("git is not installed: code_version reports the package version instead")
 

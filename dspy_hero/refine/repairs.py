@@ -103,13 +103,16 @@ class SqlRepairs:
         return Repair(tree.sql(dialect="sqlite"), tuple(changes))
 
 
+def _as_integer(node: exp.Expression) -> exp.Cast:
+    return exp.Cast(this=node, to=exp.DataType.build("INTEGER"))
+
+
 def _date_parts(tree: exp.Expression) -> list[str]:
     changes = []
     for kind, fmt in _DATE_PARTS.items():
         for node in list(tree.find_all(kind)):
             arg = node.this
-            new = exp.Cast(this=exp.Anonymous(this="STRFTIME", expressions=[exp.Literal.string(fmt), arg.copy()]),
-                           to=exp.DataType.build("INTEGER"))
+            new = _as_integer(exp.Anonymous(this="STRFTIME", expressions=[exp.Literal.string(fmt), arg.copy()]))
             changes.append(f"SQLite has no {kind.__name__.upper()}(): `{node.sql(dialect='sqlite')}` becomes "
                            f"`{new.sql(dialect='sqlite')}`")
             node.replace(new)
@@ -120,7 +123,7 @@ def _cast_text_compared_with_numbers(tree: exp.Expression) -> list[str]:
     changes = []
     for side, comparison in text_number_comparisons(tree):
         before = comparison.sql(dialect="sqlite")
-        side.replace(exp.Cast(this=side.copy(), to=exp.DataType.build("INTEGER")))
+        side.replace(_as_integer(side.copy()))
         changes.append(f"SQLite compares a text with a number without converting it (no text equals a number): "
                        f"`{before}` becomes `{comparison.sql(dialect='sqlite')}`")
     return changes

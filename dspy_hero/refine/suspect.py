@@ -48,7 +48,8 @@ SUSPECT_CATEGORIES = frozenset({
 # and 1,534 BIRD gold queries). Merely suspect, so only the judge may replace the program: an empty
 # result (12 of those 449 Spider gold queries are rightly empty), a NULL-only column, and a visible
 # example printing something other than the prompt shows (docstrings show random or machine-dependent
-# outputs: on the BigCodeBench docstring examples it flagged 2 of 7 programs that pass the tests, 1 of 13 that fail them).
+# outputs: on the BigCodeBench docstring examples it flagged 2 of 7 programs that pass the tests, 1 of
+# 13 that fail them).
 FAILED_CHECK_CATEGORIES = frozenset({Category.EXAMPLE_RAISES, Category.LOAD_ERROR, Category.MISSING_ENTRY_POINT,
                                      Category.UNKNOWN_LABEL, Category.UNKNOWN_RELATIONSHIP, Category.UNKNOWN_PROPERTY,
                                      Category.WRONG_COLUMN_COUNT, Category.TEXT_COMPARED_WITH_NUMBER})
