@@ -358,6 +358,35 @@ def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
     assert folders[0] is None and folders[64] and not os.path.exists(folders[64])  # removed with the server
 
 
+@pytest.mark.local_model
+def test_phase_engine_time_counts_only_the_phase_and_each_engine_once():
+    """A phase's engine time is the difference around it: requests and generated tokens of the calls
+    made inside, none of those before; the same LM named twice (task and reflection) counts once; a
+    non-local LM has no engine time."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    from dspy_hero.bench.accounting import PhaseUsage
+    from dspy_hero.lm.local import ServerRegistry, local_lm
+    from dspy_hero.lm.scripted import scripted_lm
+
+    registry = ServerRegistry()
+    lm = local_lm(size="0.5b", registry=registry, deterministic=True, max_tokens=8, n_ctx=2048,
+                  allow_download=False)
+    try:
+        lm("Say hello.")  # before the phase
+        meter = PhaseUsage(task=lm, reflection=lm, other=scripted_lm(lambda req: "x")).start()
+        lm("Name a colour.")
+        lm("Name a fruit.")
+        times = meter.engine_time()
+    finally:
+        registry.close()
+    assert set(times) == {"task"}
+    t = times["task"]
+    assert t["requests"] == 2
+    assert 0 < t["generated_tokens"] <= 16 and t["generation_s"] > 0 and t["prompt_tokens_computed"] > 0
+
+
 def test_default_threads_leaves_busy_cores_and_neighbours_alone(monkeypatch):
     from dspy_hero.lm import server
 

@@ -124,6 +124,12 @@ def phase_usage(ctx: RunContext) -> PhaseUsage:
     return PhaseUsage(task=track_usage(ctx.task_lm), reflection=track_usage(ctx.reflection_lm)).start()
 
 
+def _record_engine_time(result: MethodResult, key: str, meter: PhaseUsage) -> None:
+    times = meter.engine_time()
+    if times:
+        result.extras[key] = times
+
+
 def example_key(example: dspy.Example, index: int) -> str:
     """The id outcomes are paired by: the example's `example_id`, else its question or prompt text, else
     its position (every registered task sets `example_id`; user-built examples may not)."""
@@ -175,6 +181,7 @@ def evaluate(ctx: RunContext, program: dspy.Module, result: MethodResult) -> Met
                               progress=advance)
     result.wall_s_evaluation = time.perf_counter() - start
     result.lm_evaluation = meter.stop()
+    _record_engine_time(result, "engine_evaluation", meter)
     result.rollouts_evaluation = metric.calls
     result.outcomes = [
         {"example_id": example_key(ctx.test[o.index], o.index), "index": o.index, "score": o.score,
@@ -269,6 +276,7 @@ def _optimize(ctx: RunContext, result: MethodResult, compile_fn: Callable[[Count
         optimized = compile_fn(metric)
     result.wall_s_optimization = time.perf_counter() - start
     result.lm_optimization = meter.stop()
+    _record_engine_time(result, "engine_optimization", meter)
     result.rollouts_optimization = metric.calls
     result.budget = ctx.budget
     result.instructions = instructions_of(optimized)

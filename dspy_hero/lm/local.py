@@ -21,7 +21,8 @@ import logging
 import os
 import re
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,11 @@ class PinStats:
     generation_s: float = 0.0
     prompt_tokens_computed: int = 0  # suffix tokens computed by generation requests
     prompt_s: float = 0.0
+    prefix_s: float = 0.0  # wall time putting pinned prefixes in the slot (builds, restores, re-evaluations)
+
+    def minus(self, earlier: PinStats) -> PinStats:
+        """What happened between `earlier` (a snapshot of these stats) and now."""
+        return PinStats(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -199,10 +205,12 @@ class PinnedPrefixEngine:
             n_prefix = _lcp(self._tokens(prompt[:cut]), tokens) if (cut and self.reuse_prefix) else 0
             prefix = tokens[:n_prefix]
             if n_prefix:
+                started = time.perf_counter()
                 if prefix != self._pinned:
                     self._load(prefix)
                     self._pinned = prefix
                 self._fill(prefix, cache=True)  # re-evaluates token P-1 alone, dropping what followed
+                self.stats.prefix_s += time.perf_counter() - started
             else:
                 self._pinned = None
             out = self.server.post("/completion", {**body, "prompt": tokens, "cache_prompt": bool(n_prefix)})
@@ -229,6 +237,11 @@ class PinnedPrefixEngine:
             usage=Usage(input_tokens=len(tokens), output_tokens=int(out.get("tokens_predicted", 0)),
                         cache_read_tokens=cached),
         )
+
+    def snapshot(self) -> PinStats:
+        """A consistent copy of the stats (taken between requests), to difference later with `minus`."""
+        with self._lock:
+            return replace(self.stats)
 
     def stream(self, request: Any):  # pragma: no cover - DSPy only streams when asked to
         raise NotImplementedError("the pinned-prefix engine does not stream")
