@@ -162,6 +162,33 @@ def test_usage_totals_copy_fresh():
     assert copy.deepcopy(totals).snapshot()["queries"] == 0
 
 
+def test_call_counter_times_each_call_for_the_role_that_started_it():
+    import time
+
+    from dspy_hero.refine.trace import CallCounter
+
+    counter = CallCounter()
+    counter.role = "reviser"
+    counter.on_lm_start("a", None, {})
+    counter.role = "judge"  # the next step begins before the call returns
+    time.sleep(0.02)
+    counter.on_lm_end("a", None)
+    counter.on_lm_start("b", None, {})
+    counter.on_lm_end("b", None)
+    assert counter.by_role == {"reviser": 1, "judge": 1}
+    assert counter.seconds_by_role["reviser"] >= 0.02 > counter.seconds_by_role["judge"] >= 0
+    totals = RefinementTotals()
+    trace = RefinementTrace("sql", 3, "a", lm_calls=2, lm_calls_by_role=dict(counter.by_role))
+    totals.record(trace, counter.seconds_by_role)
+    totals.record(trace, counter.seconds_by_role)
+    snap = totals.snapshot()
+    assert snap["lm_calls_by_role"] == {"reviser": 2, "judge": 2}
+    assert snap["lm_seconds_by_role"]["reviser"] >= 0.04
+    import pickle
+
+    assert pickle.loads(pickle.dumps(totals)).snapshot()["lm_calls_by_role"] == {"reviser": 2, "judge": 2}
+
+
 def test_field_routing_never_reads_labels():
     gen = GenerateProgram("sql", ["question", "db_schema"])
     io = generator_io(gen)

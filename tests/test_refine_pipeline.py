@@ -45,4 +45,7 @@ def test_refined_program_is_scored_by_the_task_metric_in_threads():
     usage = refiner.usage.snapshot()
     assert usage["queries"] == len(test) and usage["env_actions_per_query"] <= 3.0
     assert usage["lm_calls"] == refined.lm_calls  # the module's own count matches the LM's history
+    by_role = usage["lm_calls_by_role"]
+    assert sum(by_role.values()) == usage["lm_calls"] and {"generator", "refiner", "reviser"} <= set(by_role)
+    assert set(usage["lm_seconds_by_role"]) == set(by_role) and min(usage["lm_seconds_by_role"].values()) >= 0
     task.close()

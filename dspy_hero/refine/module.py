@@ -229,7 +229,7 @@ class HeroRefine(dspy.Module):
         trace.final_program = ep.current
         trace.lm_calls = counter.total
         trace.lm_calls_by_role = dict(counter.by_role)
-        self.usage.record(trace)
+        self.usage.record(trace, counter.seconds_by_role)
         return dspy.Prediction(
             **{io.output_field: ep.current},
             refinement=trace,

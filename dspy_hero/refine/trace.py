@@ -8,6 +8,7 @@ proposed revision with the gate's verdict, and how many LM calls and environment
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -168,7 +169,8 @@ class RefinementTrace:
 
 
 class CallCounter(BaseCallback):
-    """Counts LM calls made inside one `HeroRefine` call, by role (generator/refiner/reviser/...).
+    """Counts LM calls made inside one `HeroRefine` call, and their wall seconds, by role
+    (generator/refiner/reviser/...); a call's time goes to the role that started it.
 
     Attribution, not metering: it says which HERO-T step made each call (the trace's
     ``lm_calls_by_role``); calls and tokens in total are `dspy_hero.lm.usage`'s job.
@@ -181,9 +183,16 @@ class CallCounter(BaseCallback):
     def __init__(self) -> None:
         self.role = "other"
         self.by_role: dict[str, int] = {}
+        self.seconds_by_role: dict[str, float] = {}  # wall time from each call's start to its end
+        self._started: dict[str, tuple[str, float]] = {}
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         self.by_role[self.role] = self.by_role.get(self.role, 0) + 1
+        self._started[call_id] = (self.role, time.perf_counter())
+
+    def on_lm_end(self, call_id: str, outputs: dict[str, Any] | None, exception: BaseException | None = None) -> None:
+        role, start = self._started.pop(call_id, ("other", time.perf_counter()))
+        self.seconds_by_role[role] = self.seconds_by_role.get(role, 0.0) + time.perf_counter() - start
 
     @property
     def total(self) -> int:
@@ -204,9 +213,17 @@ class RefinementTotals:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._totals = dict.fromkeys(self._FIELDS, 0)
+        self._calls_by_role: dict[str, int] = {}
+        self._seconds_by_role: dict[str, float] = {}
 
-    def record(self, trace: RefinementTrace) -> None:
+    def record(self, trace: RefinementTrace, seconds_by_role: dict[str, float] | None = None) -> None:
+        """Add one episode; `seconds_by_role` is its LM wall time by role (kept out of the trace, which
+        stays the same when the episode is repeated)."""
         with self._lock:
+            for role, n in trace.lm_calls_by_role.items():
+                self._calls_by_role[role] = self._calls_by_role.get(role, 0) + n
+            for role, sec in (seconds_by_role or {}).items():
+                self._seconds_by_role[role] = self._seconds_by_role.get(role, 0.0) + sec
             t = self._totals
             t["queries"] += 1
             t["lm_calls"] += trace.lm_calls
@@ -221,10 +238,13 @@ class RefinementTotals:
             t["repairs"] += len(trace.repairs)
             t["repairs_accepted"] += trace.repairs_accepted
 
-    def snapshot(self) -> dict[str, float]:
-        """Totals plus per-query means (0 when no query ran yet)."""
+    def snapshot(self) -> dict[str, Any]:
+        """Totals plus per-query means (0 when no query ran yet), and LM calls and wall seconds by role
+        (where refinement time goes: the refiner's, the reviser's or the judge's calls)."""
         with self._lock:
-            t = dict(self._totals)
+            t: dict[str, Any] = dict(self._totals)
+            t["lm_calls_by_role"] = dict(self._calls_by_role)
+            t["lm_seconds_by_role"] = {role: round(sec, 2) for role, sec in self._seconds_by_role.items()}
         n = t["queries"]
         for name in ("lm_calls", "env_actions", "actions", "proposals", "accepted"):
             t[f"{name}_per_query"] = t[name] / n if n else 0.0
@@ -241,16 +261,21 @@ class RefinementTotals:
     def reset(self) -> None:
         with self._lock:
             self._totals = dict.fromkeys(self._FIELDS, 0)
+            self._calls_by_role, self._seconds_by_role = {}, {}
 
     def __deepcopy__(self, memo: dict) -> RefinementTotals:
         return RefinementTotals()
 
     def __getstate__(self) -> dict:
-        return {"_totals": self.snapshot_raw()}
+        with self._lock:
+            return {"_totals": dict(self._totals), "_calls_by_role": dict(self._calls_by_role),
+                    "_seconds_by_role": dict(self._seconds_by_role)}
 
     def __setstate__(self, state: dict) -> None:
         self._lock = threading.Lock()
         self._totals = {**dict.fromkeys(self._FIELDS, 0), **state.get("_totals", {})}
+        self._calls_by_role = dict(state.get("_calls_by_role", {}))
+        self._seconds_by_role = dict(state.get("_seconds_by_role", {}))
 
     def snapshot_raw(self) -> dict[str, int]:
         with self._lock:
