@@ -346,10 +346,10 @@ def run_gepa(ctx: RunContext, result: MethodResult) -> MethodResult:
     result.fix_break = gepa_fix_break(detailed)
     reflection_calls = result.lm_optimization.get("reflection", {}).get("calls", 0)
     tokens = sum(result.lm_optimization.get("reflection", {}).get(k, 0) for k in ("input_tokens", "output_tokens"))
-    result.extras = {"candidates": len(detailed.candidates) if detailed else None,
-                     "tokens_per_optimization_call": tokens / reflection_calls if reflection_calls else None,
-                     "total_metric_calls": getattr(detailed, "total_metric_calls", None),
-                     "resumed_from_checkpoint": resumed}
+    result.extras.update({"candidates": len(detailed.candidates) if detailed else None,
+                          "tokens_per_optimization_call": tokens / reflection_calls if reflection_calls else None,
+                          "total_metric_calls": getattr(detailed, "total_metric_calls", None),
+                          "resumed_from_checkpoint": resumed})
     return evaluate(ctx, optimized, result)
 
 
@@ -391,7 +391,7 @@ def run_mipro(ctx: RunContext, result: MethodResult) -> MethodResult:
                              minibatch_size=plan["minibatch_size"])
 
     optimized = _optimize(ctx, result, compile_fn)
-    result.extras = {"plan": plan, "setting": "zero-shot (instructions only), auto=None"}
+    result.extras.update({"plan": plan, "setting": "zero-shot (instructions only), auto=None"})
     return evaluate(ctx, optimized, result)
 
 
