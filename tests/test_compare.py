@@ -210,6 +210,26 @@ def test_the_code_version_counts_changed_code_not_new_result_files(tmp_path):
     assert "not a git checkout" in compare.code_version(tmp_path / "dspy_hero" / "missing")
 
 
+def test_every_row_keeps_its_phases_engine_time(spider_fixture, tmp_path, monkeypatch):
+    """Where a local engine's time went is recorded for each phase a row ran: the optimizers' rows too,
+    whose runners add their own extras afterwards (they once replaced the dict and lost it). The
+    simulated LMs have no engine, so the meter's reading is stood in for."""
+    pytest.importorskip("optuna", reason=NO_OPTUNA)
+    from dspy_hero.bench import accounting
+
+    monkeypatch.setattr(accounting.PhaseUsage, "engine_time", lambda self: {"task": {"requests": 7}})
+    data = compare.run_comparison(config(tmp_path / "run", spider_fixture, methods=["seed", "gepa", "mipro"],
+                                         max_metric_calls=30, ves_repetitions=0))
+    rows = data["methods"]
+    assert all(rows[m]["status"] == "done" for m in ("seed", "gepa", "mipro")), {m: rows[m]["error"] for m in rows}
+    for m in ("seed", "gepa", "mipro"):  # an evaluation reused from another row ran nothing of its own
+        reused = "evaluation_of" in rows[m]["extras"]
+        assert rows[m]["extras"].get("engine_evaluation") == (None if reused else {"task": {"requests": 7}}), m
+    assert {"engine_optimization", "total_metric_calls"} <= set(rows["gepa"]["extras"])  # the runner's own too
+    assert {"engine_optimization", "plan"} <= set(rows["mipro"]["extras"])
+    assert rows["gepa"]["extras"]["engine_optimization"] == {"task": {"requests": 7}}
+
+
 def test_resume_refuses_different_settings(sim_run, spider_fixture):
     out, _ = sim_run
     with pytest.raises(ValueError, match="different settings"):

