@@ -276,7 +276,3 @@ class RefinementTotals:
         self._totals = {**dict.fromkeys(self._FIELDS, 0), **state.get("_totals", {})}
         self._calls_by_role = dict(state.get("_calls_by_role", {}))
         self._seconds_by_role = dict(state.get("_seconds_by_role", {}))
-
-    def snapshot_raw(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._totals)
