@@ -28,6 +28,7 @@ from dspy_hero.fields import (
     REFERENCE_PROGRAM_FIELDS,
     environment_kind,
     get_field,
+    is_shared_context,
     group_of,
 )
 
@@ -69,7 +70,7 @@ def searchable(fields: dict[str, Any]) -> dict[str, str]:
     if known:
         return known
     return {k: str(v) for k, v in fields.items()
-            if v and isinstance(v, str) and k not in _NOT_SEARCHED and "schema" not in k.lower()}
+            if v and isinstance(v, str) and k not in _NOT_SEARCHED and not is_shared_context(k)}
 
 
 def query_text(fields: dict[str, Any]) -> str:
