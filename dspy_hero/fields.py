@@ -46,7 +46,7 @@ from typing import Any
 __all__ = [
     "ENVIRONMENT_FIELDS", "GROUP_FIELDS", "LABEL_FIELDS", "LANGUAGE_OF_OUTPUT", "LOCATOR_FIELDS", "PREDICTION_FIELDS",
     "PYTHON_TASK_FIELDS", "REFERENCE_PROGRAM_FIELDS", "environment_fields", "environment_kind", "get_field",
-    "group_of", "is_locator", "is_shared_context", "label_inputs", "language_of", "program_text", "read_unlabeled", "reference_program",
+    "group_of", "is_locator", "label_inputs", "language_of", "program_text", "read_unlabeled", "reference_program",
 ]
 
 PREDICTION_FIELDS = {"sql": "sql", "cypher": "cypher", "python": "code"}
@@ -102,13 +102,6 @@ def read_unlabeled(obj: Any, name: str, reader: str = "this reader") -> Any:
 def group_of(obj: Any) -> str:
     """The database or graph an instance belongs to (its first `GROUP_FIELDS` value), else ""."""
     return next((str(value) for name in GROUP_FIELDS if (value := get_field(obj, name))), "")
-
-
-def is_shared_context(name: str) -> bool:
-    """True for inputs that are the same for every instance of one database or graph (its schema:
-    db_schema, graph_schema, ...). Prompts put them first, so a local engine pins them as a shared
-    prefix, and searches skip them (long, and alike across tasks)."""
-    return "schema" in name.lower()
 
 
 def is_locator(name: str) -> bool:

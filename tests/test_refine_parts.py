@@ -10,7 +10,7 @@ from dspy_hero.execution.base import Execution
 from dspy_hero.fields import read_unlabeled
 from dspy_hero.refine.actions import choose_demos, parse_action
 from dspy_hero.refine.demos import BM25, Demo, DemoBank, _task_fields, tokenize
-from dspy_hero.refine.fields import gather_inputs, generator_io, render_task
+from dspy_hero.refine.fields import gather_inputs, generator_io
 from dspy_hero.refine.gate import EvidenceGate, static_problem
 from dspy_hero.refine.trace import RefinementTotals, RefinementTrace
 from dspy_hero.tasks.programs import GenerateProgram
@@ -229,12 +229,3 @@ def test_retrieval_prefers_demos_from_the_same_database_and_keeps_the_group():
     assert bank.retrieve(query, 3)[0][0].program == "SELECT 1"
     assert [d.program for d, _ in bank.retrieve(query, 3, group="hospital")] == ["SELECT 3", "SELECT 2", "SELECT 1"]
     assert DemoBank.from_dict(bank.to_dict()).demos[2].group == "hospital"
-
-
-def test_render_task_puts_schemas_in_the_shared_context_and_keeps_the_rest_for_the_task():
-    assert render_task({"question": "How many?", "db_schema": "t(a)"}) == ("db_schema: t(a)", "question: How many?")
-    assert render_task({"graph_schema": "(:A)", "question": "Q"}) == ("graph_schema: (:A)", "question: Q")
-    # nothing shared (a Python task): the context says so, and the whole task stays in the task field
-    assert render_task({"prompt": "def f(): ...", "code_prompt": "x"}) == ("(none)", "prompt: def f(): ...\ncode_prompt: x")
-    context, task = render_task({"db_schema": "s" * 9000, "question": "q"}, max_chars=100)
-    assert len(context) <= 100 and context.endswith("(cut)") and task == "question: q"

@@ -91,35 +91,6 @@ def test_wrong_column_is_fixed_from_the_schema_probe(db_path, judge_when_failing
     assert summary["actions_used"] == 2 and summary["lm_calls"] == trace.lm_calls and summary["proposals"] == 1
 
 
-def test_each_role_prompt_starts_with_the_schema_so_one_database_shares_one_prefix(db_path):
-    # The local engine pins a prompt's system message and its first field (`shared_prefix_end`): with
-    # the schema alone in that field, two questions on one database reuse each role's pinned prefix;
-    # with the question in it too, every question and role would compute its own.
-    from dspy_hero.lm.local import shared_prefix_end
-
-    schema = "singer(singer_id, name, country, age)"
-    questions = [QUESTION, "Which singers are older than 40?"]
-    prefixes: dict[str, set[str]] = {}
-    for question in questions:
-        script = RoleScript(
-            generator={"sql": WRONG},
-            refiner=[{"action": "probe", "argument": "schema: singer"}, {"action": "revise", "argument": "fix it"},
-                     {"action": "stop", "argument": ""}],
-            reviser={"reason": "[1] no such column nam", "revised_program": FIXED},
-            judge={"reason": "the schema shows name", "supported": True},
-        )
-        with dspy.context(lm=script.lm()):
-            make(script, judge_when_failing=True)(question=question, db_schema=schema, db_path=db_path)
-        for role in ("refiner", "reviser", "judge"):
-            assert script.seen[role], role
-            for req in script.seen[role]:
-                head, tail = req.user[: shared_prefix_end(req.user)], req.user[shared_prefix_end(req.user):]
-                assert schema in head and question not in head and question in tail, role
-                assert req.inputs["context"] == f"db_schema: {schema}" and req.inputs["task"] == f"question: {question}"
-                prefixes.setdefault(role, set()).add(req.system + head)
-    assert {role: len(p) for role, p in prefixes.items()} == {"refiner": 1, "reviser": 1, "judge": 1}
-
-
 @pytest.mark.parametrize("current", ["SELECT name FROM singer WHERE age > 40", "SELECT name FROM singer WHERE age > 100"])
 def test_judge_still_decides_when_the_current_program_runs(db_path, current):
     # The current query passes its checks (a plausible result, or an empty one: suspect, yet an empty
@@ -364,35 +335,6 @@ def test_named_predictors_and_save_load_round_trip(db_path, tmp_path):
         d.text for d, _ in bank.retrieve("singers France", 3)]
     copied = refiner.deepcopy()
     assert copied.demo_bank is refiner.demo_bank and copied.judge is not refiner.judge
-
-
-def test_a_save_from_before_the_context_field_loads_its_instructions_not_shifted_descriptions(tmp_path, caplog):
-    import json
-
-    refiner = make(RoleScript())
-    refiner.judge.signature = refiner.judge.signature.with_instructions("Be strict about evidence.")
-    path = tmp_path / "old.json"
-    refiner.save(str(path))
-    state = json.loads(path.read_text())
-    for name in ("refiner", "reviser", "judge"):  # the older layout: no `context` field first
-        fields = state[name]["signature"]["fields"]
-        assert fields[0]["prefix"] == "Context:"
-        state[name]["signature"]["fields"] = [{**f, "description": "OLD " + f["description"]} for f in fields[1:]]
-    path.write_text(json.dumps(state))
-    fresh = make(RoleScript())
-    with caplog.at_level("WARNING", logger="dspy_hero.refine.module"):
-        fresh.load(str(path))
-    assert fresh.judge.signature.instructions == "Be strict about evidence."
-    for name in ("refiner", "reviser", "judge"):
-        now = {k: f.json_schema_extra["desc"] for k, f in getattr(fresh, name).signature.fields.items()}
-        before = {k: f.json_schema_extra["desc"] for k, f in getattr(refiner, name).signature.fields.items()}
-        assert now == before, name
-    assert sum("saved with fields" in r.getMessage() for r in caplog.records) == 3
-    refiner.save(str(path))  # today's layout loads with its descriptions and no warning
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="dspy_hero.refine.module"):
-        make(RoleScript()).load(str(path))
-    assert not caplog.records
 
 
 def test_usage_totals_are_thread_safe(db_path):

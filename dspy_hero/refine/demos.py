@@ -28,7 +28,6 @@ from dspy_hero.fields import (
     REFERENCE_PROGRAM_FIELDS,
     environment_kind,
     get_field,
-    is_shared_context,
     group_of,
 )
 
@@ -70,7 +69,7 @@ def searchable(fields: dict[str, Any]) -> dict[str, str]:
     if known:
         return known
     return {k: str(v) for k, v in fields.items()
-            if v and isinstance(v, str) and k not in _NOT_SEARCHED and not is_shared_context(k)}
+            if v and isinstance(v, str) and k not in _NOT_SEARCHED and "schema" not in k.lower()}
 
 
 def query_text(fields: dict[str, Any]) -> str:

@@ -11,14 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dspy_hero.fields import (
-    ENVIRONMENT_FIELDS,
-    LABEL_FIELDS,
-    LANGUAGE_OF_OUTPUT,
-    PREDICTION_FIELDS,
-    is_shared_context,
-    read_unlabeled,
-)
+from dspy_hero.fields import ENVIRONMENT_FIELDS, LABEL_FIELDS, LANGUAGE_OF_OUTPUT, PREDICTION_FIELDS, read_unlabeled
 
 _READER = "HERO-T"
 
@@ -77,19 +70,8 @@ def gather_inputs(io: GeneratorIO, example: Any = None, **given: Any) -> tuple[d
     return gen, env
 
 
-def render_task(inputs: dict[str, Any], max_chars: int = 6000) -> tuple[str, str]:
-    """The task as the refiner reads it, as (shared context, the instance's own inputs): each
-    generator input under its name, the schema-like ones (`is_shared_context`) in the first part and
-    "(none)" when there are none.
-
-    Why two parts: HERO-T's prompts show the context first, so a local engine pins one prefix per
-    database and role, instead of one per question and role when the question came with the schema.
-    """
-    shared = {name: value for name, value in inputs.items() if is_shared_context(name)}
-    own = {name: value for name, value in inputs.items() if name not in shared}
-    return _render(shared, max_chars) or "(none)", _render(own, max_chars)
-
-
-def _render(inputs: dict[str, Any], max_chars: int) -> str:
-    text = "\n".join(f"{name}: {value}" for name, value in inputs.items())
+def render_task(inputs: dict[str, Any], max_chars: int = 6000) -> str:
+    """The task as the refiner reads it: each generator input under its name."""
+    parts = [f"{name}: {value}" for name, value in inputs.items()]
+    text = "\n".join(parts)
     return text if len(text) <= max_chars else text[: max_chars - 20] + "\n... (cut)"

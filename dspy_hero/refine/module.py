@@ -261,7 +261,6 @@ class HeroRefine(dspy.Module):
 
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> None:
         extra = state.get("hero_refine") or {}
-        state = _without_shifted_fields(state, dict(self.named_predictors()))
         super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
         if extra.get("demo_bank") is not None:
             self.demo_bank = DemoBank.from_dict(extra["demo_bank"])
@@ -293,7 +292,7 @@ class _Episode:
         self.language = language
         self.trace = trace
         self.counter = counter
-        self.context, self.task = render_task(gen_inputs)
+        self.task = render_task(gen_inputs)
         self.task_query = query_text(gen_inputs)
         # what the assessment may read: the generator's inputs and the environment references (no labels)
         self.inputs = {**env_refs, **gen_inputs}
@@ -373,9 +372,8 @@ class _Episode:
         try:
             with m._lm_context():
                 choice = m.refiner(
-                    context=self.context, task=self.task, program=self.current or "(empty)",
-                    evidence=self._evidence(), examples=self._examples(),
-                    actions=render_actions(self.probes, can_retrieve, left),
+                    task=self.task, program=self.current or "(empty)", evidence=self._evidence(),
+                    examples=self._examples(), actions=render_actions(self.probes, can_retrieve, left),
                 )
         except AdapterParseError as exc:
             trace.actions_used += 1
@@ -511,9 +509,9 @@ class _Episode:
         self.counter.role = "reviser"
         try:
             with m._lm_context(), program_adapter("revised_program"):
-                out = m.reviser(context=self.context, task=self.task, program=self.current or "(empty)",
-                                diagnosis=self._diagnosis(), evidence=self._evidence(), examples=self._examples(),
-                                rejected=self._rejected(), request=request or "(none)")
+                out = m.reviser(task=self.task, program=self.current or "(empty)", diagnosis=self._diagnosis(),
+                                evidence=self._evidence(), examples=self._examples(), rejected=self._rejected(),
+                                request=request or "(none)")
         except AdapterParseError as exc:
             return "", f"unparseable reviser output: {str(exc)[:150]}", None
         proposal = clean_program(getattr(out, "revised_program", "") or "", self.language)
@@ -529,9 +527,8 @@ class _Episode:
         self.counter.role = "judge"
         try:
             with m._lm_context():
-                out = m.judge(context=self.context, task=self.task, evidence=evidence, examples=self._examples(),
-                              old_program=old or "(empty)", new_program=new,
-                              claimed_reason=claimed or "(none given)", new_execution=new_execution)
+                out = m.judge(task=self.task, evidence=evidence, examples=self._examples(), old_program=old or "(empty)",
+                              new_program=new, claimed_reason=claimed or "(none given)", new_execution=new_execution)
         except AdapterParseError as exc:
             return False, f"judge output unparseable: {str(exc)[:150]}"
         return _truthy(getattr(out, "supported", False)), str(getattr(out, "reason", "") or "")
@@ -556,23 +553,6 @@ class _Episode:
         if not self.demos:
             return "(none)"
         return "\n\n".join(f"Example {i + 1}:\n{d.render()}" for i, d in enumerate(self.demos[: self.m.max_demos]))
-
-
-def _without_shifted_fields(state: dict[str, Any], predictors: dict[str, Any]) -> dict[str, Any]:
-    """`state` with the saved field descriptions dropped where a predictor's saved fields do not match
-    its signature's (a save from before the `context` field): DSPy pairs saved and current fields by
-    position, so the descriptions would land one field off. Its instructions still load; a warning says so."""
-    out = dict(state)
-    for name, predictor in predictors.items():
-        saved = (state.get(name) or {}).get("signature") or {}
-        fields = [f.get("prefix") for f in saved.get("fields") or []]
-        current = [f.json_schema_extra.get("prefix") for f in predictor.signature.fields.values()]
-        if fields and fields != current:
-            logger.warning("HeroRefine.load_state: %s was saved with fields %s, its signature now has %s; its "
-                           "instructions are loaded, its field descriptions are today's (save it again to "
-                           "keep them)", name, fields, current)
-            out[name] = {**state[name], "signature": {**saved, "fields": []}}
-    return out
 
 
 def clean_program(text: str, language: str | None) -> str:

@@ -3,7 +3,6 @@
 Each is a separate predictor so its instruction can be optimized on its own (HeroOptimizer and GEPA
 see them through `named_predictors()`). Every field is a string the refiner renders itself, which
 keeps the prompts identical across SQL, Cypher and Python and lets small models answer in plain text.
-The shared `context` (the schema) comes first, so a local engine pins one prompt prefix per database.
 """
 
 from __future__ import annotations
@@ -23,8 +22,7 @@ class ChooseAction(dspy.Signature):
     Prefer checking the schema or the data before revising, and stop early when the program already
     runs cleanly and nothing in the evidence questions it."""
 
-    context: str = dspy.InputField(desc="what every task of this environment shares, e.g. the database schema")
-    task: str = dspy.InputField(desc="the task's own inputs, as the program generator saw them")
+    task: str = dspy.InputField(desc="the task inputs, as the program generator saw them")
     program: str = dspy.InputField(desc="the current program")
     evidence: str = dspy.InputField(desc="numbered evidence gathered so far, newest last")
     examples: str = dspy.InputField(desc="solved examples of other, similar tasks (patterns only; at most three)")
@@ -52,8 +50,7 @@ class ReviseProgram(dspy.Signature):
     of the examples. State the evidence behind each change in the reason, then give the complete
     revised program."""
 
-    context: str = dspy.InputField(desc="what every task of this environment shares, e.g. the database schema")
-    task: str = dspy.InputField(desc="the task's own inputs")
+    task: str = dspy.InputField(desc="the task inputs")
     program: str = dspy.InputField(desc="the current program")
     diagnosis: str = dspy.InputField(desc="programmatic facts about the current program's execution, one per line")
     evidence: str = dspy.InputField(desc="numbered evidence gathered so far")
@@ -72,8 +69,7 @@ class JudgeRevision(dspy.Signature):
     that alter parts the evidence does not question, are not supported. The revision already runs
     without error; that alone is not support."""
 
-    context: str = dspy.InputField(desc="what every task of this environment shares, e.g. the database schema")
-    task: str = dspy.InputField(desc="the task's own inputs")
+    task: str = dspy.InputField(desc="the task inputs")
     evidence: str = dspy.InputField(desc="numbered evidence gathered so far, and the diagnosis of the current program")
     examples: str = dspy.InputField(desc="the verified examples (other tasks, with their programs) the reviser was shown")
     old_program: str = dspy.InputField(desc="the current program")
