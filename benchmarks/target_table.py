@@ -29,7 +29,8 @@ DEFAULT_RUNS = ("spider-det-qwen1.5b.json", "spider-hero-o-t-qwen1.5b.json", "sp
                 "spider-split3-mipro-qwen1.5b.json", "spider-split3-ts-qwen0.5b-1.5b.json",
                 "bcb-stdlib-qwen1.5b.json", "bcb-stdlib-200-qwen1.5b.json", "spider-split1-300-qwen1.5b.json",
                 "spider-split2-300-qwen1.5b.json", "spider-split1-300-s26-qwen1.5b.json",
-                "spider-split2-300-s26-qwen1.5b.json", "spider-split3-300-s27-qwen1.5b.json")
+                "spider-split2-300-s26-qwen1.5b.json", "spider-split3-300-s27-qwen1.5b.json",
+                "spider-split3-ts-s29-qwen0.5b-1.5b.json")
 COMPARED = ("hero_o", "gepa", "mipro", "hero_o_t", "react")
 
 
